@@ -1,0 +1,155 @@
+"""The one Backend interface, and the values that flow through it.
+
+A backend is what a new chip needs and nothing more: the variants it offers for a task, compile a
+candidate to an artifact, load an artifact as a program, and move buffers / time runs on its device.
+Everything else (search, the gate, packs, the runtime) is shared.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Mapping, Protocol, Sequence
+
+import numpy as np
+
+from ..hwprofile import Target
+from ..ir import TensorSpec
+from ..tasks import Task
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A parametric kernel for one task kind: its source and the space of its parameters.
+
+    `source` is the text of a kernel module following the backend's contract (for the source-based
+    backends: KIND, PRECISION, SPACE, DEFAULT, constraints(task, config, target), and the launch
+    function). It is what a pack stores and what a proposer reads and writes.
+    """
+
+    name: str
+    kind: str
+    backend: str
+    source: str
+    space: Mapping[str, tuple[Any, ...]]
+    default: Mapping[str, Any]
+    precision: str  # 'fp32' | 'tf32' | 'fp16' | 'bf16' ...: the accuracy the kernel promises
+    origin: str = "builtin"  # builtin | rules | llm | plugin
+
+    @property
+    def source_hash(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    variant: Variant
+    config: tuple[tuple[str, Any], ...]
+
+    @classmethod
+    def of(cls, variant: Variant, config: Mapping[str, Any]) -> "Candidate":
+        return cls(variant, tuple(sorted(config.items())))
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self.config)
+
+    def key(self) -> str:
+        """Same source and same config: the same kernel, never measured twice."""
+        blob = json.dumps([self.variant.source_hash, self.config], default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass
+class Artifact:
+    """What compile produced: a binary (where the backend has one) and what the compiler said."""
+
+    backend: str
+    variant: str
+    config: dict[str, Any]
+    source: str
+    binary: bytes | None = None
+    binary_name: str = ""  # file name in a pack, e.g. kernel.cubin, kernel.so
+    meta: dict[str, Any] = field(default_factory=dict)  # registers, shared_mem, spills, compile_s
+
+
+class Program(Protocol):
+    """A loaded kernel: reads `inputs`, writes every element of `outputs` (device buffers)."""
+
+    def __call__(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> None: ...
+
+
+class Backend(ABC):
+    """Compile, load, move buffers, time. One concrete class per backend module."""
+
+    name: ClassVar[str]
+    device_kinds: ClassVar[frozenset[str]]  # hwprofile kinds this backend serves
+    simulated: ClassVar[bool] = False
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+
+    # --- kernels ---------------------------------------------------------------------------
+    @abstractmethod
+    def variants(self, task: Task) -> list[Variant]:
+        """The built-in variants that implement this task on this backend (may be empty)."""
+
+    @abstractmethod
+    def compile(self, candidate: Candidate, task: Task) -> Artifact:
+        """Build a candidate; raise CompileError with the compiler's words on failure."""
+
+    @abstractmethod
+    def load(self, artifact: Artifact, task: Task) -> Program:
+        """Make an artifact callable; an artifact read back from a pack loads the same way."""
+
+    def check(self, candidate: Candidate, task: Task) -> str | None:
+        """Why this configuration cannot work on the target (before compiling), or None."""
+        return None
+
+    def baseline(self, task: Task) -> Program | None:
+        """The vendor/framework implementation of the task, timed by `profile`; None if none."""
+        return None
+
+    def modeled_seconds(self, program: Program) -> float | None:
+        """A simulated backend's time for one run of the program (its clock); None if real."""
+        return None
+
+    # --- buffers (default: host numpy arrays) -----------------------------------------------
+    def to_device(self, array: np.ndarray) -> Any:
+        return np.array(array, copy=True)
+
+    def to_host(self, buffer: Any) -> np.ndarray:
+        return np.array(buffer, copy=True)
+
+    def empty(self, spec: TensorSpec, fill: float) -> Any:
+        return np.full(spec.shape, fill, dtype=spec.dtype)
+
+    def copy_into(self, buffer: Any, array: np.ndarray) -> None:
+        """Write new values into an existing buffer (same address): defeats pointer caches."""
+        np.copyto(buffer, array)
+
+    def synchronize(self) -> None:
+        """Wait for all work on the device (all streams)."""
+
+    def time_once(self, run: Callable[[], None]) -> float:
+        """Seconds for one run; GPU backends use device events with a device-wide sync."""
+        self.synchronize()
+        start = time.perf_counter()
+        run()
+        self.synchronize()
+        return time.perf_counter() - start
+
+    # --- identity ------------------------------------------------------------------------------
+    def fingerprint(self) -> dict[str, str]:
+        """Hardware and software a pack made here depends on (device, driver, compiler versions)."""
+        return {"backend": self.name, "target": self.target.name}
+
+    def hash(self) -> str:
+        blob = json.dumps(self.fingerprint(), sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class CompileError(Exception):
+    """Raised by Backend.compile: its message is the compiler's error, stored on the trial."""

@@ -1,0 +1,125 @@
+"""Kernel modules: variants written as source text that follows a backend's contract.
+
+Built-in variants, rule-derived variants and LLM proposals are all this: a module that defines
+
+    KIND = "gemm"                       # the task kind it implements
+    PRECISION = "fp32"                  # the accuracy it promises (sets the gate's tolerance)
+    SPACE = {"BLOCK_M": [64, 128], ...} # its parameters and their choices
+    DEFAULT = {"BLOCK_M": 64, ...}      # a configuration that is valid for typical shapes
+    def constraints(task, config, target): -> str | None   # why a config cannot work, or None
+    def launch(task, config, inputs, outputs): ...         # run it (backend-specific buffers)
+
+The header is read without executing anything (literals only). A static check admits only the
+contract's imports and rejects anything that could cheat the gate or escape the sandbox.
+"""
+from __future__ import annotations
+
+import ast
+import types
+from typing import Any, Iterable
+
+from .base import Variant
+
+_HEADER = ("KIND", "PRECISION", "SPACE", "DEFAULT")
+_REQUIRED_FUNCTIONS = ("constraints", "launch")
+
+# Names that would let a kernel call the op it replaces, hide work, touch files or the network,
+# or patch timers. A kernel module has no business with any of them.
+_FORBIDDEN_NAMES = frozenset({
+    "torch", "os", "sys", "subprocess", "threading", "multiprocessing", "socket", "ctypes",
+    "time", "open", "eval", "exec", "compile", "__import__", "globals", "locals", "vars",
+    "importlib", "builtins", "__builtins__", "setattr", "delattr", "breakpoint", "input",
+    "signal", "shutil", "pathlib", "requests", "urllib", "http", "asyncio", "concurrent",
+    "cupy", "jax", "onnxruntime", "scipy", "pickle", "marshal", "gc", "inspect",
+})
+_FORBIDDEN_ATTRS = frozenset({
+    "Stream", "stream", "cuda", "synchronize", "__dict__", "__class__", "__globals__",
+    "__subclasses__", "__code__", "perf_counter", "matmul", "mm", "bmm", "softmax",
+    "layer_norm", "scaled_dot_product_attention", "conv2d", "linear", "einsum", "dot_general",
+})
+
+
+class KernelSourceError(Exception):
+    """The source breaks the kernel-module contract or the static check."""
+
+
+def static_check(source: str, allowed_imports: Iterable[str]) -> None:
+    """Reject source that imports outside the contract or names forbidden objects."""
+    allowed = set(allowed_imports)
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        raise KernelSourceError(f"syntax error: {exc.msg} (line {exc.lineno})") from None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name not in allowed:
+                    raise KernelSourceError(f"import of '{alias.name}' is not allowed "
+                                            f"(allowed: {', '.join(sorted(allowed))})")
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level or module not in allowed:
+                raise KernelSourceError(f"import from '{module}' is not allowed")
+        elif isinstance(node, ast.Name) and node.id in _FORBIDDEN_NAMES:
+            raise KernelSourceError(f"use of '{node.id}' is not allowed in a kernel (line {node.lineno})")
+        elif isinstance(node, ast.Attribute) and node.attr in _FORBIDDEN_ATTRS:
+            raise KernelSourceError(f"use of '.{node.attr}' is not allowed in a kernel (line {node.lineno})")
+    defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    missing = [f for f in _REQUIRED_FUNCTIONS if f not in defined]
+    if missing:
+        raise KernelSourceError(f"missing function(s): {', '.join(missing)}")
+
+
+def read_header(source: str) -> dict[str, Any]:
+    """KIND, PRECISION, SPACE, DEFAULT as literals, without running the module."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        raise KernelSourceError(f"syntax error: {exc.msg} (line {exc.lineno})") from None
+    header: dict[str, Any] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Name) and target.id in _HEADER:
+                try:
+                    header[target.id] = ast.literal_eval(node.value)
+                except ValueError:
+                    raise KernelSourceError(f"{target.id} must be a literal") from None
+    missing = [h for h in _HEADER if h not in header]
+    if missing:
+        raise KernelSourceError(f"missing header field(s): {', '.join(missing)}")
+    space = header["SPACE"]
+    if not isinstance(space, dict) or not all(isinstance(v, (list, tuple)) and v for v in space.values()):
+        raise KernelSourceError("SPACE must map each parameter to a non-empty list of choices")
+    default = header["DEFAULT"]
+    if set(default) != set(space):
+        raise KernelSourceError("DEFAULT must give a value for exactly the parameters in SPACE")
+    return header
+
+
+def variant_from_source(name: str, source: str, backend: str, origin: str,
+                        allowed_imports: Iterable[str]) -> Variant:
+    static_check(source, allowed_imports)
+    header = read_header(source)
+    return Variant(
+        name=name, kind=header["KIND"], backend=backend, source=source,
+        space={k: tuple(v) for k, v in header["SPACE"].items()}, default=dict(header["DEFAULT"]),
+        precision=header["PRECISION"], origin=origin,
+    )
+
+
+def load_module(variant: Variant, allowed_imports: Iterable[str]) -> types.ModuleType:
+    """Execute a variant's source as a module (in the worker process that will run it).
+
+    Triton's JIT reads kernel source through `inspect`, so the text is registered with linecache
+    under a unique file name before it runs.
+    """
+    import linecache
+
+    static_check(variant.source, allowed_imports)
+    filename = f"<portkern:{variant.backend}:{variant.name}:{variant.source_hash}>"
+    linecache.cache[filename] = (len(variant.source), None, variant.source.splitlines(True), filename)
+    module = types.ModuleType(f"portkern_kernel_{variant.name}_{variant.source_hash}")
+    module.__file__ = filename
+    exec(compile(variant.source, filename, "exec"), module.__dict__)  # noqa: S102 - checked above
+    return module

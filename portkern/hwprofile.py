@@ -1,0 +1,188 @@
+"""Hardware profiles and targets: the numbers a search and a roofline need, each with its source.
+
+One YAML per target in portkern/hwprofiles/. The `cpu` profile is read off the host at load time
+(cores, vector width, caches, clock); its bandwidth is measured once per process.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import platform
+import re
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from .errors import TargetError
+
+_PROFILE_DIR = "hwprofiles"
+
+
+@dataclass(frozen=True)
+class HwProfile:
+    """Peak rates, bandwidth and on-chip limits of one piece of hardware."""
+
+    name: str
+    kind: str  # 'cuda' | 'hip' | 'cpu' | 'npu'
+    arch: str  # 'sm_90', 'gfx942', 'x86_64', 'ascend910b'
+    backend: str  # default backend for this target
+    description: str
+    peak_flops: dict[str, float]  # dtype name -> FLOP/s (dense)
+    mem_bandwidth: float  # bytes/s, measured where a measurement exists
+    cores: int  # SMs, CUs, CPU cores, NPU AI cores
+    warp_size: int
+    alignment: int  # bytes
+    limits: dict[str, float] = field(default_factory=dict)  # shared_mem_per_block, registers, ub_bytes, ...
+    sources: dict[str, str] = field(default_factory=dict)  # field -> where the number came from
+    simulated: bool = False
+
+    def peak(self, dtype: str) -> float:
+        """Peak FLOP/s for a compute dtype; unknown dtypes fall back to the fp32 rate."""
+        return self.peak_flops.get(dtype, self.peak_flops["float32"])
+
+    def floor_seconds(self, flops: float, nbytes: float, dtype: str) -> float:
+        """Roofline floor: no kernel can beat both the arithmetic and the memory time."""
+        return max(flops / self.peak(dtype), nbytes / self.mem_bandwidth)
+
+    def limit(self, name: str) -> float:
+        try:
+            return self.limits[name]
+        except KeyError:
+            raise TargetError(f"hwprofile {self.name} has no limit '{name}'") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "kind": self.kind, "arch": self.arch, "backend": self.backend,
+            "description": self.description, "peak_flops": dict(self.peak_flops),
+            "mem_bandwidth": self.mem_bandwidth, "cores": self.cores, "warp_size": self.warp_size,
+            "alignment": self.alignment, "limits": dict(self.limits), "sources": dict(self.sources),
+            "simulated": self.simulated,
+        }
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a tune is for: a profile and the backend that compiles for it."""
+
+    name: str
+    backend: str
+    profile: HwProfile
+
+    def hash(self) -> str:
+        blob = json.dumps({"backend": self.backend, **self.profile.to_dict()}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def available_targets() -> list[str]:
+    files = resources.files("portkern").joinpath(_PROFILE_DIR).iterdir()
+    return sorted(Path(f.name).stem for f in files if f.name.endswith(".yaml"))
+
+
+def _load_yaml(name: str) -> dict[str, Any]:
+    path = resources.files("portkern").joinpath(_PROFILE_DIR, f"{name}.yaml")
+    if not path.is_file():
+        raise TargetError(f"unknown target '{name}' (known: {', '.join(available_targets())})")
+    return yaml.safe_load(path.read_text())
+
+
+@functools.lru_cache(maxsize=None)
+def load_profile(name: str) -> HwProfile:
+    data = _load_yaml(name)
+    if data.get("detect") == "host":
+        data = _read_host(data)
+    return HwProfile(
+        name=name, kind=data["kind"], arch=data["arch"], backend=data["backend"],
+        description=data.get("description", ""),
+        peak_flops={k: float(v) for k, v in data["peak_flops"].items()},
+        mem_bandwidth=float(data["mem_bandwidth"]), cores=int(data["cores"]),
+        warp_size=int(data.get("warp_size", 1)), alignment=int(data.get("alignment", 1)),
+        limits={k: float(v) for k, v in data.get("limits", {}).items()},
+        sources=dict(data.get("sources", {})), simulated=bool(data.get("simulated", False)),
+    )
+
+
+def load_target(name: str, backend: str | None = None) -> Target:
+    """The target named on the command line; `backend` overrides the profile's default."""
+    profile = load_profile(name)
+    return Target(name=name, backend=backend or profile.backend, profile=profile)
+
+
+# --- the host CPU --------------------------------------------------------------------------------
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    match = re.search(r"^flags\s*:\s*(.*)$", text, re.M)
+    return set(match.group(1).split()) if match else set()
+
+
+def _cpu_mhz() -> float | None:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    match = re.search(r"^cpu MHz\s*:\s*([\d.]+)", text, re.M)
+    return float(match.group(1)) if match else None
+
+
+def _cache_sizes() -> dict[str, float]:
+    sizes: dict[str, float] = {}
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    for index in sorted(base.glob("index*")):
+        try:
+            level = (index / "level").read_text().strip()
+            kind = (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        if kind == "Instruction":
+            continue
+        scale = {"K": 1024, "M": 1024**2}.get(size[-1], 1)
+        sizes[f"l{level}_bytes"] = float(int(size.rstrip("KM")) * scale)
+    return sizes
+
+
+@functools.lru_cache(maxsize=1)
+def measure_host_bandwidth() -> float:
+    """Bytes/s of a large numpy copy (read + write), best of five: the CPU's memory ceiling."""
+    src = np.ones(32 * 1024 * 1024 // 4, dtype=np.float32) * 1.5
+    dst = np.empty_like(src)
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - start)
+    return 2 * src.nbytes / best
+
+
+def _read_host(data: dict[str, Any]) -> dict[str, Any]:
+    flags = _cpu_flags()
+    vector_bytes = 64 if "avx512f" in flags else 32 if "avx2" in flags else 16
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    mhz = _cpu_mhz() or float(data.get("fallback_mhz", 2000))
+    fma_units = int(data.get("fma_units_per_core", 2))
+    fp32_lanes = vector_bytes // 4
+    fp32_peak = cores * mhz * 1e6 * fp32_lanes * 2 * fma_units
+    limits = {"vector_bytes": float(vector_bytes), **_cache_sizes()}
+    data = dict(data)
+    data.update(
+        arch=platform.machine() or "unknown", cores=cores, alignment=vector_bytes,
+        peak_flops={"float32": fp32_peak, "float64": fp32_peak / 2, "float16": fp32_peak},
+        mem_bandwidth=measure_host_bandwidth(), limits=limits,
+    )
+    data["sources"] = {
+        **data.get("sources", {}),
+        "peak_flops": f"cores({cores}) x {mhz:.0f} MHz x {fp32_lanes} fp32 lanes x 2 (FMA) x {fma_units} FMA units",
+        "mem_bandwidth": "numpy copy of 128 MiB on this host, best of 5, read+write bytes",
+        "limits": "/proc/cpuinfo flags and /sys/devices/system/cpu/cpu0/cache",
+    }
+    return data

@@ -1,0 +1,109 @@
+"""Kernel tasks: one kernel's worth of a model.
+
+A task is a small ONNX subgraph (its nodes) plus the kind of kernel that implements it and the
+attributes a kernel needs. Its reference is the subgraph itself, run by the numpy executor in
+float64, so a kernel is always checked against the model's own semantics.
+
+Kinds and their kernel signatures (inputs in this order; graph layouts, kernels use strides):
+  gemm       a (...,K), b (K,N) or (N,K) if trans_b, [bias (N,)], [residual (...,N)] -> (...,N)
+             attrs: activation (none|relu|gelu|gelu_tanh|silu|sigmoid|tanh), trans_b, bias, residual
+  bmm        a (B...,M,K), b (B...,K,N) -> (B...,M,N)          attrs: scale (float, 1.0 = none)
+  attention  q (B,H,S,D), k (B,H,D,Sk) if k_transposed else (B,H,Sk,D), v (B,H,Sk,D),
+             [mask broadcastable to (B,H,S,Sk), additive] -> (B,H,S,D)
+             attrs: scale, k_transposed, mask, causal
+  softmax    x (...,N) -> (...,N), over the last axis
+  layernorm  x (...,N), gamma (N,), beta (N,) -> (...,N)       attrs: eps
+  rmsnorm    x (...,N), gamma (N,) -> (...,N)                  attrs: eps
+  elementwise  in0..inK (broadcastable) -> out                 attrs: expr (see partition.py)
+  reduce     x -> y                                            attrs: op (sum|mean|max|min), axes, keepdims
+  conv2d     x (N,C,H,W), w (OC,C/g,KH,KW), [bias (OC,)], [residual] -> (N,OC,OH,OW)
+             attrs: strides, pads (t,l,b,r), dilations, group, activation, bias, residual
+  pool       x (N,C,H,W) -> (N,C,OH,OW)   attrs: op (max|avg|global_avg), kernel, strides, pads
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from .ir import Node, TensorSpec
+
+KINDS = ("gemm", "bmm", "attention", "softmax", "layernorm", "rmsnorm", "elementwise",
+         "reduce", "conv2d", "pool")
+
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def freeze_attrs(attrs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """Attributes as a sorted tuple of JSON-able, hashable values."""
+    def freeze(value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            return tuple(freeze(v) for v in value)
+        if isinstance(value, np.generic):
+            return value.item()
+        return value
+    return tuple(sorted((k, freeze(v)) for k, v in attrs.items()))
+
+
+@dataclass(frozen=True)
+class Task:
+    """A kernel task. Equality and the workload key cover only what a kernel sees."""
+
+    kind: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    attrs: tuple[tuple[str, Any], ...]
+    flops: int
+    min_bytes: int
+    # where it came from: the subgraph and the graph values it reads and writes
+    nodes: tuple[Node, ...] = field(default=(), compare=False, repr=False)
+    input_names: tuple[str, ...] = field(default=(), compare=False, repr=False)
+    output_names: tuple[str, ...] = field(default=(), compare=False, repr=False)
+    constants: dict[str, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
+    opset: int = field(default=17, compare=False, repr=False)
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return dict(self.attrs).get(name, default)
+
+    @property
+    def dtype(self) -> str:
+        """The compute dtype: the first floating input's dtype."""
+        for spec in self.inputs:
+            if spec.dtype in FLOAT_DTYPES:
+                return spec.dtype
+        return self.inputs[0].dtype
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "inputs": [[list(s.shape), s.dtype] for s in self.inputs],
+            "outputs": [[list(s.shape), s.dtype] for s in self.outputs],
+            "attrs": {k: v for k, v in self.attrs},
+        }
+
+    @property
+    def key(self) -> str:
+        """Stable workload key: the same kernel problem in any model gets the same key."""
+        blob = json.dumps(self.describe(), sort_keys=True, default=str)
+        return f"{self.kind}-{hashlib.sha256(blob.encode()).hexdigest()[:16]}"
+
+    @property
+    def label(self) -> str:
+        shapes = ",".join("x".join(map(str, s.shape)) for s in self.inputs)
+        return f"{self.kind}[{shapes}]:{self.dtype}"
+
+    def reference(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The subgraph run by the numpy executor in float64 (float inputs upcast)."""
+        from .executor import run_nodes
+
+        env: dict[str, np.ndarray] = {}
+        for name, value in self.constants.items():
+            env[name] = value.astype(np.float64) if value.dtype.kind == "f" else value
+        for name, value in zip(self.input_names, inputs, strict=True):
+            value = np.asarray(value)
+            env[name] = value.astype(np.float64) if value.dtype.kind == "f" else value
+        run_nodes(self.nodes, env, self.opset)
+        return [np.asarray(env[name]) for name in self.output_names]
