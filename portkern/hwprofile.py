@@ -13,7 +13,7 @@ import platform
 import re
 import time
 from dataclasses import dataclass, field
-from importlib import resources
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ import yaml
 
 from .errors import TargetError
 
-_PROFILE_DIR = "hwprofiles"
+_PROFILE_DIR = Path(__file__).parent / "hwprofiles"
 
 
 @dataclass(frozen=True)
@@ -80,16 +80,35 @@ class Target:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+PLUGIN_GROUP = "portkern.hwprofiles"
+
+
+def _plugin_profiles() -> dict[str, Path]:
+    """Profiles shipped by other packages: entry point name -> object that is a YAML path."""
+    found: dict[str, Path] = {}
+    for entry in metadata.entry_points(group=PLUGIN_GROUP):
+        try:
+            found[entry.name] = Path(str(entry.load()))
+        except ImportError:
+            continue
+    return found
+
+
 def available_targets() -> list[str]:
-    files = resources.files("portkern").joinpath(_PROFILE_DIR).iterdir()
-    return sorted(Path(f.name).stem for f in files if f.name.endswith(".yaml"))
+    builtin = {path.stem for path in _PROFILE_DIR.glob("*.yaml")}
+    return sorted(builtin | set(_plugin_profiles()))
 
 
 def _load_yaml(name: str) -> dict[str, Any]:
-    path = resources.files("portkern").joinpath(_PROFILE_DIR, f"{name}.yaml")
-    if not path.is_file():
+    path: Path | None = _PROFILE_DIR / f"{name}.yaml"
+    if path is None or not path.is_file():
+        path = _plugin_profiles().get(name)
+    if path is None or not path.is_file():
         raise TargetError(f"unknown target '{name}' (known: {', '.join(available_targets())})")
-    return yaml.safe_load(path.read_text())
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise TargetError(f"hwprofile '{name}' is not valid YAML: {exc}") from None
 
 
 @functools.lru_cache(maxsize=None)

@@ -7,6 +7,7 @@ what is correct or fast: the gate and the measurements do.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+import dataclasses
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -25,6 +26,7 @@ class Feedback:
     best_source: str | None = None
     history: list[TrialRecord] = field(default_factory=list)  # newest last
     round: int = 0
+    library: dict[str, Variant] = field(default_factory=dict)  # every variant searched so far, by name
 
     def failures(self, limit: int = 5) -> list[TrialRecord]:
         return [r for r in self.history if r.status != "ok"][-limit:]
@@ -45,3 +47,46 @@ class BuiltinProposer(Proposer):
 
     def propose(self, task: Task, backend: Backend, feedback: Feedback) -> list[Variant]:
         return backend.variants(task) if feedback.round == 0 else []
+
+
+class RulesProposer(Proposer):
+    """Offline rules: derive a variant from the current best by moving past the edges of its space.
+
+    When the best configuration sits on the edge of a numeric parameter's choices (the largest
+    tile, the deepest pipeline, the widest vector), the optimum may lie beyond it: the derived
+    variant keeps the source and searches a local space around the best with the edge doubled or
+    halved. Its constraints still reject what the target cannot hold.
+    """
+
+    name = "rules"
+
+    def propose(self, task: Task, backend: Backend, feedback: Feedback) -> list[Variant]:
+        best = feedback.best
+        if best is None or best.status != "ok" or best.variant not in feedback.library:
+            return []
+        base = feedback.library[best.variant]
+        space: dict[str, tuple] = {}
+        widened = False
+        for param, choices in base.space.items():
+            value = best.config[param]
+            numeric = [c for c in choices if isinstance(c, int) and not isinstance(c, bool)]
+            if len(numeric) != len(choices) or not numeric or value not in numeric:
+                space[param] = (value,)
+                continue
+            local = {value}
+            position = sorted(numeric).index(value)
+            neighbours = sorted(numeric)[max(0, position - 1): position + 2]
+            local.update(neighbours)
+            if value == max(numeric):
+                local.add(value * 2)
+                widened = True
+            if value == min(numeric) and value >= 2 and value % 2 == 0:
+                local.add(value // 2)
+                widened = True
+            space[param] = tuple(sorted(local))
+        if not widened:
+            return []
+        name = f"{base.name}~rules{feedback.round}"
+        if name in feedback.library:
+            return []
+        return [dataclasses.replace(base, name=name, space=space, default=dict(best.config), origin="rules")]

@@ -1,0 +1,37 @@
+# Everything a fresh machine needs: `make test` and `make demo` create .venv and install into it.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.portkern-installed
+DEMO_DIR ?= demo-out
+
+.PHONY: test test-fast demo clean-demo venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# the CPU build of torch first, so no extra pulls a multi-GB CUDA build
+	$(BIN)/python -m pip install -q "torch==2.13.0"
+	$(BIN)/python -m pip install -q -e ".[triton,tvm,export,postgres,test]"
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow" --durations=15
+
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -q --durations=25
+
+# Tune a real model for the host CPU, write a pack, run the model with it, print the speedup table.
+demo: $(STAMP)
+	rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
+	$(BIN)/python -m portkern.models bert --out $(DEMO_DIR)/bert.onnx
+	$(BIN)/portkern inspect $(DEMO_DIR)/bert.onnx --target cpu
+	$(BIN)/portkern tune $(DEMO_DIR)/bert.onnx --target cpu --trials 60 --per-task-trials 12 \
+		--time-budget 240 -o $(DEMO_DIR)/bert.pkpack
+	$(BIN)/portkern run $(DEMO_DIR)/bert.onnx --pack $(DEMO_DIR)/bert.pkpack
+	$(BIN)/portkern bench $(DEMO_DIR)/bert.onnx --pack $(DEMO_DIR)/bert.pkpack --repeats 10
+
+clean-demo:
+	rm -rf $(DEMO_DIR)

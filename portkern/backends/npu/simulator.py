@@ -1,0 +1,260 @@
+"""The simulated NPU's clock: a generic pipeline cost model fed by each variant's declared schedule.
+
+There is no Ascend silicon here, so an NPU kernel's time is modeled, never measured. Every variant
+declares, per program, what one trip of its tile loop moves and computes (`schedule(task, config,
+target)`); this module turns that into seconds with one model for all kernels:
+
+  * queues: MTE2 (GM->UB and GM->L1), MTE1 (L1->L0A/L0B), FIXPIPE (L0C->GM), MTE3 (UB->GM), and
+    the cube and vector units; a DMA instruction costs a fixed setup, so small transfers waste
+    bandwidth, and GM rows that are not 512-byte aligned move at a lower rate;
+  * shared bandwidth: the active programs split HBM and L2; re-reads hit L2 while the launch's
+    footprint fits there;
+  * N-buffering: each tile holds one buffer from its load to its store, so in steady state a tile
+    costs max(busiest stage, sum of stages / buffers); the first tile costs the whole sum
+    (prologue + epilogue);
+  * waves when programs exceed cores, and a fixed cost per launch.
+
+Every number it reports is simulated. The rates come from the hwprofile (estimates are labeled
+there); docs/bring-up.md says which shapes were calibrated against public measurements.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from ...errors import PortkernError
+from ...hwprofile import HwProfile
+
+COST_MODEL_VERSION = "1"
+
+GM_READ_QUEUES = ("gm_to_ub", "gm_to_l1")
+GM_WRITE_QUEUES = ("l0c_to_gm", "ub_to_gm")
+QUEUES = GM_READ_QUEUES + ("l1_to_l0",) + GM_WRITE_QUEUES
+WORK = ("cube_macs", "vector_ops")
+MEMORIES = ("ub", "l1", "l0a", "l0b", "l0c")
+CORE_KINDS = ("vector", "cube", "mixed")  # mixed: one cube core driving its two vector cores
+
+
+class ScheduleError(PortkernError):
+    """A variant's schedule() returned something the cost model cannot read."""
+
+
+@dataclass(frozen=True)
+class Chip:
+    """The rates and capacities the model needs, read from the hwprofile's limits."""
+
+    clock_hz: float
+    cube_cores: int
+    vector_cores: int
+    hbm_bandwidth: float
+    l2_bandwidth: float
+    l2_bytes: float
+    core_gm_bandwidth: float  # bytes/s one core's MTE2 (or MTE3) moves at best
+    mte1_bytes_per_cycle: float
+    fixpipe_bytes_per_cycle: float
+    cube_macs_per_cycle: Mapping[str, float]
+    vector_bytes_per_cycle: float
+    dma_setup_bytes: float  # per DMA instruction, in bytes of transfer time at the core's rate
+    unaligned_gm_efficiency: float  # rate of GM rows aligned to 32 B but not 512 B
+    launch_seconds: float
+    capacity: Mapping[str, float]  # ub, l1, l0a, l0b, l0c bytes
+    ub_alignment: int
+    mixed_alignment: int
+
+    @classmethod
+    def from_profile(cls, profile: HwProfile) -> "Chip":
+        limit = profile.limit
+        clock = limit("clock_hz")
+        return cls(
+            clock_hz=clock, cube_cores=int(limit("cube_cores")), vector_cores=int(limit("vector_cores")),
+            hbm_bandwidth=profile.mem_bandwidth, l2_bandwidth=limit("l2_bandwidth"),
+            l2_bytes=limit("l2_bytes"), core_gm_bandwidth=limit("core_gm_bandwidth"),
+            mte1_bytes_per_cycle=limit("mte1_bytes_per_cycle"),
+            fixpipe_bytes_per_cycle=limit("fixpipe_bytes_per_cycle"),
+            cube_macs_per_cycle={"float16": limit("cube_m") * limit("cube_n") * limit("cube_k"),
+                                 "float32": limit("cube_m") * limit("cube_n") * limit("cube_k")
+                                 * limit("cube_fp32_rate")},
+            vector_bytes_per_cycle=limit("vector_bytes_per_cycle"),
+            dma_setup_bytes=limit("dma_setup_bytes"),
+            unaligned_gm_efficiency=limit("unaligned_gm_efficiency"),
+            launch_seconds=limit("launch_seconds"),
+            capacity={m: limit(f"{m}_bytes") for m in MEMORIES},
+            ub_alignment=int(limit("ub_alignment")), mixed_alignment=int(limit("mixed_alignment")),
+        )
+
+    def cores(self, core_kind: str) -> int:
+        """Physical cores a program of this kind occupies one of."""
+        return self.vector_cores if core_kind == "vector" else self.cube_cores
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One program's declared data movement and work (what `schedule()` in a kernel module returns)."""
+
+    core: str
+    programs: int  # programs launched (the grid)
+    tiles: int  # tile-loop trips of the busiest program
+    total_tiles: int  # tile-loop trips summed over all programs
+    buffers: int  # 1 = serial, 2 = double, 3 = triple buffering
+    per_tile: Mapping[str, float]  # QUEUES bytes and WORK units of one trip
+    transfers: Mapping[str, float]  # DMA instructions per trip, per queue (default 1 if bytes move)
+    live: Mapping[str, float]  # MEMORIES bytes live at once in one program (all buffers)
+    tails: tuple[int, ...]  # bytes of the innermost axis of each on-chip tile
+    gm_alignment: int  # the largest power of two <= 512 dividing every GM row start touched
+    footprint_bytes: float  # distinct GM bytes the launch touches (what HBM must move)
+    cube_dtype: str = "float16"
+    vector_op_bytes: int = 4  # element width the vector unit computes in
+    setup: Mapping[str, float] = field(default_factory=dict)  # once per program (e.g. gamma loads)
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any]) -> "Schedule":
+        """Validate a kernel module's dict; a typo there must not become a silently wrong time."""
+        required = ("core", "programs", "tiles", "total_tiles", "buffers", "per_tile", "live",
+                    "tails", "gm_alignment", "footprint_bytes")
+        missing = [k for k in required if k not in raw]
+        if missing:
+            raise ScheduleError(f"schedule is missing {', '.join(missing)}")
+        if raw["core"] not in CORE_KINDS:
+            raise ScheduleError(f"schedule core must be one of {CORE_KINDS}, not {raw['core']!r}")
+        known = set(QUEUES) | set(WORK)
+        for name, table in (("per_tile", raw["per_tile"]), ("setup", raw.get("setup", {})),
+                            ("transfers", raw.get("transfers", {}))):
+            unknown = set(table) - known
+            if unknown:
+                raise ScheduleError(f"schedule {name} has unknown entries {sorted(unknown)}")
+        unknown_memories = set(raw["live"]) - set(MEMORIES)
+        if unknown_memories:
+            raise ScheduleError(f"schedule live has unknown memories {sorted(unknown_memories)}")
+        if int(raw["programs"]) < 1 or int(raw["buffers"]) < 1 or int(raw["tiles"]) < 0:
+            raise ScheduleError("schedule needs programs >= 1, buffers >= 1, tiles >= 0")
+        return cls(
+            core=raw["core"], programs=int(raw["programs"]), tiles=int(raw["tiles"]),
+            total_tiles=int(raw["total_tiles"]), buffers=int(raw["buffers"]),
+            per_tile={k: float(v) for k, v in raw["per_tile"].items()},
+            transfers={k: float(v) for k, v in raw.get("transfers", {}).items()},
+            live={k: float(v) for k, v in raw["live"].items()},
+            tails=tuple(int(t) for t in raw["tails"]), gm_alignment=int(raw["gm_alignment"]),
+            footprint_bytes=float(raw["footprint_bytes"]), cube_dtype=str(raw.get("cube_dtype", "float16")),
+            vector_op_bytes=int(raw.get("vector_op_bytes", 4)),
+            setup={k: float(v) for k, v in raw.get("setup", {}).items()},
+        )
+
+    def bytes_per_tile(self, queues: tuple[str, ...]) -> float:
+        return sum(self.per_tile.get(q, 0.0) for q in queues)
+
+
+def violations(schedule: Schedule, chip: Chip) -> list[str]:
+    """Why this schedule cannot run on the chip: too many programs, on-chip overflow, bad alignment."""
+    reasons = []
+    cores = chip.cores(schedule.core)
+    if schedule.programs > cores:
+        reasons.append(f"grid of {schedule.programs} programs exceeds the {cores} {schedule.core if schedule.core != 'mixed' else 'cube'} "
+                       "cores (one program per physical core; loop over tiles inside)")
+    for memory in MEMORIES:
+        live = schedule.live.get(memory, 0.0)
+        if live > chip.capacity[memory]:
+            reasons.append(f"live tiles need {int(live)} B of {memory.upper()} "
+                           f"but it holds {int(chip.capacity[memory])} B")
+    alignment = chip.mixed_alignment if schedule.core == "mixed" else chip.ub_alignment
+    kind = "cube+vector" if schedule.core == "mixed" else "on-chip"
+    for tail in schedule.tails:
+        if tail % alignment:
+            reasons.append(f"tile tail axis of {tail} B is not {alignment}-byte aligned ({kind} buffers)")
+            break
+    return reasons
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A modeled launch: its time and where the time goes (all simulated)."""
+
+    seconds: float
+    program_seconds: float
+    steady_tile_seconds: float
+    first_tile_seconds: float
+    stage_seconds: Mapping[str, float]  # per tile, per queue/unit (incl. the shared 'gm' share)
+    bound: str  # the stage that sets the steady-state rate ('pipeline' when buffers are too few)
+    waves: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seconds": self.seconds, "program_seconds": self.program_seconds,
+                "steady_tile_seconds": self.steady_tile_seconds,
+                "first_tile_seconds": self.first_tile_seconds,
+                "stage_seconds": dict(self.stage_seconds), "bound": self.bound, "waves": self.waves,
+                "cost_model": COST_MODEL_VERSION, "simulated": True}
+
+
+def _gm_rate(schedule: Schedule, chip: Chip) -> float:
+    """One core's GM rate: misaligned rows cost up to 30% (Ascend C best-practice measurements)."""
+    aligned = schedule.gm_alignment % 512 == 0
+    return chip.core_gm_bandwidth * (1.0 if aligned else chip.unaligned_gm_efficiency)
+
+
+def _shared_seconds_per_byte(schedule: Schedule, chip: Chip, active: int) -> float:
+    """Seconds per GM byte for one program when `active` programs share L2 and HBM."""
+    traffic = schedule.total_tiles * schedule.bytes_per_tile(GM_READ_QUEUES + GM_WRITE_QUEUES)
+    traffic += schedule.programs * sum(schedule.setup.get(q, 0.0) for q in GM_READ_QUEUES + GM_WRITE_QUEUES)
+    if traffic <= 0:
+        return 0.0
+    fits_l2 = schedule.footprint_bytes <= chip.l2_bytes
+    hbm_bytes = min(traffic, schedule.footprint_bytes) if fits_l2 else traffic
+    hbm_fraction = hbm_bytes / traffic
+    return active * max(hbm_fraction / chip.hbm_bandwidth, 1.0 / chip.l2_bandwidth)
+
+
+def _stage_seconds(work: Mapping[str, float], transfers: Mapping[str, float], schedule: Schedule,
+                   chip: Chip, shared_per_byte: float) -> dict[str, float]:
+    """Seconds each queue/unit is busy for one batch of work (a tile, or a program's setup).
+
+    In a mixed program the cube core's queues (MTE2 to L1, MTE1, FIXPIPE) and its two vector
+    cores' queues (MTE2 to UB, MTE3) run side by side; the vector side has twice the units.
+    """
+    gm_rate = _gm_rate(schedule, chip)
+    vector_units = 2 if schedule.core == "mixed" else 1
+
+    def dma(queue: str, rate: float) -> float:
+        moved = work.get(queue, 0.0)
+        if moved <= 0:
+            return 0.0
+        count = transfers.get(queue, 1.0)
+        return (moved + count * chip.dma_setup_bytes) / rate
+
+    macs_per_cycle = chip.cube_macs_per_cycle.get(schedule.cube_dtype, chip.cube_macs_per_cycle["float32"])
+    gm_bytes = sum(work.get(q, 0.0) for q in GM_READ_QUEUES + GM_WRITE_QUEUES)
+    return {
+        "mte2_l1": dma("gm_to_l1", gm_rate),
+        "mte1": dma("l1_to_l0", chip.mte1_bytes_per_cycle * chip.clock_hz),
+        "cube": work.get("cube_macs", 0.0) / (macs_per_cycle * chip.clock_hz),
+        "fixpipe": dma("l0c_to_gm", min(chip.fixpipe_bytes_per_cycle * chip.clock_hz, gm_rate)),
+        "mte2_ub": dma("gm_to_ub", gm_rate * vector_units),
+        "vector": work.get("vector_ops", 0.0) * schedule.vector_op_bytes
+        / (chip.vector_bytes_per_cycle * chip.clock_hz * vector_units),
+        "mte3": dma("ub_to_gm", gm_rate * vector_units),
+        "gm": gm_bytes * shared_per_byte,  # this program's share of L2/HBM: a limit, not a queue
+    }
+
+
+def simulate(schedule: Schedule, chip: Chip) -> Estimate:
+    """Modeled seconds of one launch. Deterministic: the same schedule always costs the same."""
+    cores = chip.cores(schedule.core)
+    active = min(schedule.programs, cores)
+    waves = math.ceil(schedule.programs / cores)
+    shared = _shared_seconds_per_byte(schedule, chip, active)
+    stages = _stage_seconds(schedule.per_tile, schedule.transfers, schedule, chip, shared)
+    pipeline = {k: v for k, v in stages.items() if k != "gm"}
+    lifetime = sum(pipeline.values())  # one tile from its first load to its last store
+    busiest = max(stages, key=lambda k: stages[k])
+    steady = max(stages[busiest], lifetime / schedule.buffers)
+    bound = busiest if stages[busiest] >= lifetime / schedule.buffers else "pipeline"
+    setup_stages = _stage_seconds(schedule.setup, {}, schedule, chip, shared)
+    setup = max(sum(v for k, v in setup_stages.items() if k != "gm"), setup_stages["gm"])
+    program = setup + (lifetime + (schedule.tiles - 1) * steady if schedule.tiles > 0 else 0.0)
+    return Estimate(seconds=chip.launch_seconds + waves * program, program_seconds=program,
+                    steady_tile_seconds=steady, first_tile_seconds=lifetime, stage_seconds=stages,
+                    bound=bound, waves=waves)
+
+
+def roofline_seconds(flops: float, nbytes: float, dtype: str, profile: HwProfile) -> float:
+    """The simulated floor: one launch plus the profile's roofline (no kernel can beat it)."""
+    return profile.limit("launch_seconds") + profile.floor_seconds(flops, nbytes, dtype)

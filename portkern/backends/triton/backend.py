@@ -1,0 +1,287 @@
+"""The Triton backend: CUDA GPUs for real, the Triton interpreter on CPU, cross-compiles for both.
+
+Kernel modules (kernel_module.py's contract) for this backend:
+  - import only triton, triton.language and math; `launch(task, config, inputs, outputs)` receives
+    torch tensors but never imports torch: it reads .shape, .stride(), .dtype, .data_ptr() and
+    launches module-level @triton.jit functions as `kernel[grid](...)`. Inputs come in the task's
+    order (tasks.py), outputs are preallocated by the harness and must be fully written.
+  - optional `scratch(task, config) -> [(shape, dtype), ...]`: workspace the backend allocates once
+    per loaded program and appends after the outputs (launch may not allocate; this is how a
+    deterministic split-K keeps its partial sums without atomics).
+  - optional `shared_memory(task, config) -> int`: bytes of shared memory per program, checked
+    against the target; without it, configs with BLOCK_M/BLOCK_N/BLOCK_K are estimated as
+    num_stages x (A tile + B tile).
+  - nothing else: compile_for records the launches `launch` makes on meta tensors to learn each
+    kernel's signature and constexprs (compile_only.py), so no separate spec function exists to
+    drift from the code that really runs.
+  - built-in files may share device code with `# include: NAME` (modules.py).
+
+Devices: with a CUDA (or ROCm) torch, buffers are device tensors, Triton's JIT compiles for the
+GPU present, and time_once uses CUDA events around a device-wide synchronize. Without one, kernels
+run in the Triton interpreter on CPU tensors (fp32/fp16: its bf16 tl.dot is wrong, so bf16 tasks
+are refused), and compile() cross-compiles for the target's arch so compiler errors and resource
+use are still real.
+
+variants(task) offers a variant of the task's kind when its DEFAULT config, or one that differs
+from it in a single parameter, passes check(): the search then starts from a valid point, and a
+variant that cannot serve the task (a GEMV for a large M) is not offered at all.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+import platform
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import numpy as np
+import torch
+import triton
+
+from ...errors import PortkernError
+from ...hwprofile import HwProfile, Target
+from ...ir import TensorSpec
+from ...tasks import Task
+from ..base import Artifact, Backend, Candidate, CompileError, Program, Variant
+from ..kernel_module import KernelSourceError, variant_from_source
+from . import baselines
+from .compile_only import ARCH_TARGETS, bundle, compile_for, kernel_report, summarize
+from .modules import (ALLOWED_IMPORTS, BACKEND_NAME, builtin_variants, kernel_module, record_launches,
+                      scratch_specs, torch_dtype)
+
+INTERPRETER_BF16 = "bfloat16 needs a GPU: the Triton interpreter's bf16 tl.dot gives wrong results"
+_MAX_WARPS = 32
+
+
+class InterpreterLimitError(PortkernError):
+    """The Triton interpreter (no GPU here) cannot run this task correctly."""
+
+
+@dataclass
+class _TritonProgram:
+    """A loaded candidate: its module's launch with the task, config and workspace bound."""
+
+    module: Any
+    task: Task
+    config: dict[str, Any]
+    scratch: list[torch.Tensor]
+
+    def __call__(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        self.module.launch(self.task, self.config, list(inputs), [*outputs, *self.scratch])
+
+
+@dataclass
+class _TorchProgram:
+    """A baseline: one torch eager expression written into the preallocated output."""
+
+    compute: Callable[[Sequence[torch.Tensor]], torch.Tensor]
+
+    def __call__(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        outputs[0].copy_(self.compute(inputs))
+
+
+class TritonBackend(Backend):
+    name = BACKEND_NAME
+    device_kinds = frozenset({"cuda", "hip"})
+
+    def __init__(self, target: Target) -> None:
+        super().__init__(target)
+        self.on_gpu = torch.cuda.is_available()
+        self.device = torch.device("cuda" if self.on_gpu else "cpu")
+
+    # --- kernels ---------------------------------------------------------------------------
+    def variants(self, task: Task) -> list[Variant]:
+        return [v for v in _library() if v.kind == task.kind and self._offered(v, task)]
+
+    def _offered(self, variant: Variant, task: Task) -> bool:
+        return any(self.check(Candidate.of(variant, config), task) is None
+                   for config in _default_and_neighbours(variant))
+
+    def check(self, candidate: Candidate, task: Task) -> str | None:
+        variant, config = candidate.variant, candidate.params
+        if not self.on_gpu and _has_bf16(task):
+            return INTERPRETER_BF16
+        if set(config) != set(variant.space):
+            return f"config parameters {sorted(config)} differ from the variant's {sorted(variant.space)}"
+        reason = _launch_option_problem(config, self.target.profile)
+        if reason:
+            return reason
+        try:
+            module = kernel_module(variant, interpret=not self.on_gpu)
+        except KernelSourceError as exc:
+            return f"invalid kernel module: {exc}"
+        except Exception as exc:
+            return f"kernel module failed to load: {type(exc).__name__}: {exc}"
+        try:
+            shared = (module.shared_memory(task, config) if hasattr(module, "shared_memory")
+                      else _tile_bytes_estimate(task, config))
+            limit = self.target.profile.limits.get("shared_mem_per_block")
+            if limit is not None and shared > limit:
+                return f"needs ~{shared} B of shared memory per program > the target's {int(limit)} B"
+            return module.constraints(task, config, self.target)
+        except Exception as exc:  # a proposer's constraints can be wrong too: that is a finding
+            return f"constraints() raised {type(exc).__name__}: {exc}"
+
+    def compile(self, candidate: Candidate, task: Task) -> Artifact:
+        reason = self.check(candidate, task)
+        if reason:
+            raise CompileError(f"invalid configuration: {reason}")
+        start = time.perf_counter()
+        arch = self.target.profile.arch
+        if self.on_gpu:
+            kernels = self._jit_compile(candidate, task)
+            mode = f"jit on {torch.cuda.get_device_name()}"
+        elif arch in ARCH_TARGETS:
+            kernels = compile_for(candidate, task, arch)["kernels"]
+            mode = f"cross-compiled for {arch}; runs in the Triton interpreter here"
+        else:
+            raise CompileError(f"no GPU here and no cross-compiler for arch '{arch}'")
+        meta: dict[str, Any] = {
+            "mode": mode, "arch": arch, "compile_s": time.perf_counter() - start,
+            **summarize(kernels),
+            "kernels": [{k: v for k, v in kernel.items() if k != "asm"} for kernel in kernels],
+        }
+        return Artifact(backend=self.name, variant=candidate.variant.name, config=candidate.params,
+                        source=candidate.variant.source, binary=bundle(kernels),
+                        binary_name="kernels.zip", meta=meta)
+
+    def _jit_compile(self, candidate: Candidate, task: Task) -> list[dict[str, Any]]:
+        """Run the candidate once on random data so Triton's JIT builds it for the real shapes."""
+        module = kernel_module(candidate.variant, interpret=False)
+        config = candidate.params
+        inputs = [self._random(spec) for spec in task.inputs]
+        outputs = [self.empty(spec, 0.0) for spec in [*task.outputs, *scratch_specs(module, task, config)]]
+        try:
+            launches = record_launches(module, lambda: module.launch(task, config, inputs, outputs),
+                                       forward=True)
+            self.synchronize()
+        except Exception as exc:
+            raise CompileError(f"{type(exc).__name__}: {str(exc).strip()[-4000:]}") from None
+        if not launches:
+            raise CompileError("launch() launched no @triton.jit kernel of its module")
+        return [kernel_report(launch, launch.compiled, launch.compiled.metadata.target.backend,
+                              from_driver=True) for launch in launches]
+
+    def load(self, artifact: Artifact, task: Task) -> Program:
+        if not self.on_gpu and _has_bf16(task):
+            raise InterpreterLimitError(INTERPRETER_BF16)
+        try:
+            variant = variant_from_source(artifact.variant, artifact.source, self.name, "artifact",
+                                          ALLOWED_IMPORTS)
+            module = kernel_module(variant, interpret=not self.on_gpu)
+        except KernelSourceError as exc:
+            raise CompileError(str(exc)) from None
+        scratch = [self.empty(spec, float("nan")) for spec in scratch_specs(module, task, artifact.config)]
+        return _TritonProgram(module, task, dict(artifact.config), scratch)
+
+    def baseline(self, task: Task) -> Program | None:
+        compute = baselines.for_task(task)
+        return None if compute is None else _TorchProgram(compute)
+
+    # --- buffers -----------------------------------------------------------------------------
+    def to_device(self, array: np.ndarray) -> torch.Tensor:
+        return _host_tensor(array).to(self.device)
+
+    def to_host(self, buffer: torch.Tensor) -> np.ndarray:
+        host = buffer.detach().to("cpu")
+        if host.dtype == torch.bfloat16:
+            import ml_dtypes
+
+            return host.view(torch.int16).numpy().copy().view(ml_dtypes.bfloat16)
+        return host.numpy().copy()
+
+    def empty(self, spec: TensorSpec, fill: float) -> torch.Tensor:
+        return torch.full(spec.shape, fill, dtype=torch_dtype(spec.dtype), device=self.device)
+
+    def copy_into(self, buffer: torch.Tensor, array: np.ndarray) -> None:
+        buffer.copy_(_host_tensor(array))
+
+    def synchronize(self) -> None:
+        if self.on_gpu:
+            torch.cuda.synchronize()
+
+    def time_once(self, run: Callable[[], None]) -> float:
+        """CUDA events; the whole device is synchronized before the end event is recorded, so
+        work hidden on another stream is counted (at the price of one sync, a few us, per run)."""
+        if not self.on_gpu:
+            return super().time_once(run)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        run()
+        torch.cuda.synchronize()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+    # --- identity ------------------------------------------------------------------------------
+    def fingerprint(self) -> dict[str, str]:
+        info = {"backend": self.name, "target": self.target.name, "triton": triton.__version__,
+                "torch": torch.__version__, "python": platform.python_version()}
+        if not self.on_gpu:
+            return {**info, "device": "interpreter (CPU)"}
+        props = torch.cuda.get_device_properties(self.device)
+        driver = getattr(torch._C, "_cuda_getDriverVersion", lambda: "unknown")()
+        return {**info, "device": props.name, "compute_capability": f"{props.major}.{props.minor}",
+                "driver": str(driver), "cuda": str(torch.version.cuda or torch.version.hip)}
+
+    def _random(self, spec: TensorSpec) -> torch.Tensor:
+        dtype = torch_dtype(spec.dtype)
+        if dtype.is_floating_point:
+            return torch.randn(spec.shape, dtype=dtype, device=self.device)
+        return torch.zeros(spec.shape, dtype=dtype, device=self.device)
+
+
+@functools.lru_cache(maxsize=1)
+def _library() -> tuple[Variant, ...]:
+    return tuple(builtin_variants())
+
+
+def _default_and_neighbours(variant: Variant) -> Iterator[dict[str, Any]]:
+    default = dict(variant.default)
+    yield default
+    for name, choices in variant.space.items():
+        for value in choices:
+            if value != default[name]:
+                yield {**default, name: value}
+
+
+def _has_bf16(task: Task) -> bool:
+    return any(spec.dtype == "bfloat16" for spec in itertools.chain(task.inputs, task.outputs))
+
+
+def _launch_option_problem(config: Mapping[str, Any], profile: HwProfile) -> str | None:
+    warps = config.get("num_warps")
+    if warps is not None:
+        if not (isinstance(warps, int) and 1 <= warps <= _MAX_WARPS and warps & (warps - 1) == 0):
+            return f"num_warps={warps} must be a power of 2 in 1..{_MAX_WARPS}"
+        max_threads = profile.limits.get("max_threads_per_block")
+        if max_threads is not None and warps * profile.warp_size > max_threads:
+            return (f"num_warps={warps} x {profile.warp_size} threads exceeds the target's "
+                    f"{int(max_threads)} threads per block")
+    stages = config.get("num_stages")
+    if stages is not None and not (isinstance(stages, int) and stages >= 1):
+        return f"num_stages={stages} must be a positive integer"
+    return None
+
+
+def _tile_bytes_estimate(task: Task, config: Mapping[str, Any]) -> int:
+    """num_stages x (A tile + B tile) for matrix kernels; 0 when the config has no such tiles."""
+    if not {"BLOCK_M", "BLOCK_N", "BLOCK_K"} <= set(config):
+        return 0
+    itemsize = np.dtype(task.dtype).itemsize if task.dtype != "bfloat16" else 2
+    tile = (config["BLOCK_M"] + config["BLOCK_N"]) * config["BLOCK_K"] * itemsize
+    return int(config.get("num_stages", 1)) * tile
+
+
+def _host_tensor(array: np.ndarray) -> torch.Tensor:
+    """A CPU tensor owning a C-contiguous copy; ml_dtypes bfloat16 goes through its bits."""
+    array = np.asarray(array)
+    if array.dtype.name == "bfloat16":
+        bits = np.array(array.view(np.int16), copy=True, order="C")
+        return torch.from_numpy(bits).view(torch.bfloat16)
+    return torch.from_numpy(np.array(array, copy=True, order="C"))
+
+
+__all__ = ["TritonBackend", "InterpreterLimitError", "INTERPRETER_BF16"]

@@ -1,0 +1,149 @@
+"""Torch eager implementations of each task kind: the vendor baseline a kernel must beat.
+
+torch.matmul is cuBLAS, scaled_dot_product_attention is cuDNN/flash, conv2d is cuDNN on a GPU.
+Each function maps the task's inputs (tasks.py order) to its single output, with the same epilogue
+order as partition.py: gemm act(x@W + bias) + residual, conv2d act(conv + bias + residual).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ...tasks import Task
+
+Compute = Callable[[Sequence[torch.Tensor]], torch.Tensor]
+
+_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "none": lambda x: x,
+    "relu": F.relu,
+    "relu6": lambda x: torch.clamp(x, 0.0, 6.0),
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+}
+
+
+def for_task(task: Task) -> Compute | None:
+    """The baseline for a task, or None for kinds torch has no single eager op for."""
+    builder = _BUILDERS.get(task.kind)
+    return None if builder is None else builder(task)
+
+
+def _gemm(task: Task) -> Compute:
+    activation = _ACTIVATIONS[task.attr("activation", "none")]
+    has_bias, has_residual, trans_b = task.attr("bias", False), task.attr("residual", False), task.attr("trans_b", False)
+
+    def compute(inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+        a, b, *rest = inputs
+        out = F.linear(a, b, rest[0] if has_bias else None) if trans_b else torch.matmul(a, b)
+        if has_bias and not trans_b:
+            out = out + rest[0]
+        out = activation(out)
+        return out + rest[-1] if has_residual else out
+    return compute
+
+
+def _bmm(task: Task) -> Compute:
+    scale = float(task.attr("scale", 1.0))
+
+    def compute(inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+        out = torch.matmul(inputs[0], inputs[1])
+        return out * scale if scale != 1.0 else out
+    return compute
+
+
+def _attention(task: Task) -> Compute:
+    scale = float(task.attr("scale", 1.0))
+    k_transposed, has_mask, causal = task.attr("k_transposed", False), task.attr("mask", False), task.attr("causal", False)
+
+    def compute(inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+        q, k, v = inputs[:3]
+        if k_transposed:
+            k = k.transpose(-1, -2)
+        mask = inputs[3] if has_mask else None
+        seq, seq_kv = q.shape[-2], k.shape[-2]
+        if causal:  # bottom-right aligned, as partition.py recognises it
+            rows = torch.arange(seq, device=q.device)[:, None] + (seq_kv - seq)
+            allowed = torch.arange(seq_kv, device=q.device)[None, :] <= rows
+            causal_bias = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device)
+            causal_bias.masked_fill_(~allowed, float("-inf"))
+            mask = causal_bias if mask is None else mask + causal_bias
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    return compute
+
+
+def _softmax(task: Task) -> Compute:
+    return lambda inputs: torch.softmax(inputs[0], dim=-1)
+
+
+def _layernorm(task: Task) -> Compute:
+    eps = float(task.attr("eps", 1e-5))
+    return lambda inputs: F.layer_norm(inputs[0], inputs[0].shape[-1:], inputs[1], inputs[2], eps)
+
+
+def _rmsnorm(task: Task) -> Compute:
+    eps = float(task.attr("eps", 1e-6))
+    return lambda inputs: F.rms_norm(inputs[0], inputs[0].shape[-1:], inputs[1], eps)
+
+
+def _reduce(task: Task) -> Compute:
+    op = task.attr("op")
+    ndim = len(task.inputs[0].shape)
+    axes = tuple(task.attr("axes") or range(ndim))
+    keepdims = bool(task.attr("keepdims", True))
+    reducers: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+        "sum": lambda x: torch.sum(x, dim=axes, keepdim=keepdims),
+        "mean": lambda x: torch.mean(x, dim=axes, keepdim=keepdims),
+        "max": lambda x: torch.amax(x, dim=axes, keepdim=keepdims),
+        "min": lambda x: torch.amin(x, dim=axes, keepdim=keepdims),
+    }
+    return lambda inputs: reducers[op](inputs[0])
+
+
+def _conv2d(task: Task) -> Compute:
+    activation = _ACTIVATIONS[task.attr("activation", "none")]
+    top, left, bottom, right = task.attr("pads", (0, 0, 0, 0))
+    has_bias, has_residual = task.attr("bias", False), task.attr("residual", False)
+    symmetric = top == bottom and left == right
+
+    def compute(inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+        x, w, *rest = inputs
+        if not symmetric:
+            x = F.pad(x, (left, right, top, bottom))
+        out = F.conv2d(x, w, rest[0] if has_bias else None, stride=task.attr("strides", (1, 1)),
+                       padding=(top, left) if symmetric else 0, dilation=task.attr("dilations", (1, 1)),
+                       groups=task.attr("group", 1))
+        return activation(out + rest[-1] if has_residual else out)
+    return compute
+
+
+def _pool(task: Task) -> Compute:
+    op = task.attr("op")
+    if op == "global_avg":
+        return lambda inputs: torch.mean(inputs[0], dim=(2, 3), keepdim=True)
+    kernel, strides = tuple(task.attr("kernel")), tuple(task.attr("strides"))
+    top, left, bottom, right = task.attr("pads", (0, 0, 0, 0))
+    padding = (left, right, top, bottom)
+    if op == "max":
+        return lambda inputs: F.max_pool2d(F.pad(inputs[0], padding, value=-math.inf), kernel, strides)
+    include_pad = bool(task.attr("count_include_pad", False))
+
+    def average(inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+        x = inputs[0]
+        total = F.avg_pool2d(F.pad(x, padding), kernel, strides) * math.prod(kernel)
+        if include_pad:
+            return total / math.prod(kernel)
+        ones = torch.ones((1, 1, *x.shape[2:]), dtype=x.dtype, device=x.device)
+        return total / (F.avg_pool2d(F.pad(ones, padding), kernel, strides) * math.prod(kernel))
+    return average
+
+
+_BUILDERS: dict[str, Callable[[Task], Compute]] = {
+    "gemm": _gemm, "bmm": _bmm, "attention": _attention, "softmax": _softmax, "layernorm": _layernorm,
+    "rmsnorm": _rmsnorm, "reduce": _reduce, "conv2d": _conv2d, "pool": _pool,
+}

@@ -1,0 +1,181 @@
+"""Ahead-of-time compilation for a GPU that is not here: PTX + cubin (sm_90, sm_80), HSACO (gfx942).
+
+No separate kernel description is needed: the module's own `launch` is run on meta tensors (shapes
+and strides, no memory) with its @triton.jit functions replaced by recorders (modules.record_launches),
+and each recorded launch - its arguments, constexprs and num_warps/num_stages - becomes a
+triton.compile(ASTSource, target=GPUTarget) call. Integer arguments and pointers are specialized the
+way Triton's JIT does (divisibility by 16), so the binary is the one a GPU would build.
+"""
+from __future__ import annotations
+
+import io
+import re
+import subprocess
+import tempfile
+import time
+import zipfile
+from typing import Any, Sequence
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from ...errors import TargetError
+from ...ir import TensorSpec
+from ...tasks import Task
+from ..base import Candidate, CompileError
+from ..kernel_module import KernelSourceError
+from .modules import Launch, kernel_module, record_launches, scratch_specs, torch_dtype
+
+ARCH_TARGETS: dict[str, GPUTarget] = {
+    "sm_90": GPUTarget("cuda", 90, 32),
+    "sm_80": GPUTarget("cuda", 80, 32),
+    "gfx942": GPUTarget("hip", "gfx942", 64),
+}
+_POINTEE = {
+    torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", torch.float64: "fp64",
+    torch.int8: "i8", torch.int16: "i16", torch.int32: "i32", torch.int64: "i64", torch.uint8: "u8",
+    torch.bool: "i1",
+}
+_DIVISIBILITY = 16
+_MAX_MESSAGE = 4000
+
+
+def meta_buffers(specs: Sequence[TensorSpec]) -> list[torch.Tensor]:
+    """Tensors with shapes, strides and dtypes but no memory: enough for a launch to be recorded."""
+    return [torch.empty(spec.shape, dtype=torch_dtype(spec.dtype), device="meta") for spec in specs]
+
+
+def compile_for(candidate: Candidate, task: Task, arch: str) -> dict[str, Any]:
+    """Compile every kernel the candidate launches for `arch`; binaries and resource report.
+
+    Returns {"arch", "compile_s", "kernels": [{"name", "grid", "num_warps", "num_stages", "shared",
+    "n_regs", "n_spills", "asm": {"ptx": str, "cubin": bytes} or {"amdgcn": str, "hsaco": bytes}}],
+    "resources": {"n_regs": max, "n_spills": max, "shared": max}}. Raises CompileError.
+    """
+    if arch not in ARCH_TARGETS:
+        raise TargetError(f"cannot cross-compile for '{arch}' (known: {', '.join(ARCH_TARGETS)})")
+    start = time.perf_counter()
+    launches = recorded_launches(candidate, task)
+    kernels = [compile_launch(launch, ARCH_TARGETS[arch]) for launch in launches]
+    return {"arch": arch, "compile_s": time.perf_counter() - start, "kernels": kernels,
+            "resources": summarize(kernels)}
+
+
+def recorded_launches(candidate: Candidate, task: Task) -> list[Launch]:
+    """The launches `launch` makes for this task and config, recorded on meta tensors."""
+    try:
+        module = kernel_module(candidate.variant, interpret=False)
+    except KernelSourceError as exc:
+        raise CompileError(str(exc)) from None
+    except Exception as exc:  # the module's own top-level code failed
+        raise CompileError(f"loading the module failed: {type(exc).__name__}: {exc}") from None
+    config = candidate.params
+    inputs = meta_buffers(task.inputs)
+    outputs = meta_buffers(task.outputs) + meta_buffers(scratch_specs(module, task, config))
+    try:
+        launches = record_launches(module, lambda: module.launch(task, config, inputs, outputs), forward=False)
+    except Exception as exc:
+        raise CompileError(f"launch() failed before any kernel ran: {type(exc).__name__}: {exc}") from None
+    if not launches:
+        raise CompileError("launch() launched no @triton.jit kernel of its module")
+    return launches
+
+
+def ast_source(launch: Launch) -> ASTSource:
+    """The launch as Triton's compiler input: typed signature, constexprs, divisibility hints."""
+    signature: dict[str, str] = {}
+    constexprs: dict[str, Any] = {}
+    attrs: dict[tuple[int, ...], list[list[Any]]] = {}
+    bound = launch.bound()
+    for index, param in enumerate(launch.kernel.params):
+        if param.name not in bound:
+            raise CompileError(f"{launch.name}: no value for parameter '{param.name}'")
+        value = bound[param.name]
+        if param.is_constexpr or value is None:
+            signature[param.name] = "constexpr"
+            constexprs[param.name] = value
+            continue
+        kind, divisible = _argument_type(value)
+        signature[param.name] = kind
+        if divisible:
+            attrs[(index,)] = [["tt.divisibility", _DIVISIBILITY]]
+    return ASTSource(launch.kernel, signature, constexprs=constexprs, attrs=attrs)
+
+
+def _argument_type(value: Any) -> tuple[str, bool]:
+    if hasattr(value, "data_ptr") and hasattr(value, "dtype"):
+        if value.dtype not in _POINTEE:
+            raise CompileError(f"tensor of dtype {value.dtype} is not supported")
+        return "*" + _POINTEE[value.dtype], value.data_ptr() % _DIVISIBILITY == 0
+    if isinstance(value, bool):
+        return "i1", False
+    if isinstance(value, int):
+        return ("i32" if -2**31 <= value < 2**31 else "i64"), value % _DIVISIBILITY == 0
+    if isinstance(value, float):
+        return "fp32", False
+    raise CompileError(f"cannot pass a {type(value).__name__} to a kernel")
+
+
+def compile_launch(launch: Launch, target: GPUTarget) -> dict[str, Any]:
+    try:
+        compiled = triton.compile(ast_source(launch), target=target, options=launch.options())
+    except CompileError:
+        raise
+    except Exception as exc:
+        message = str(exc).strip() or type(exc).__name__
+        raise CompileError(f"{launch.name}: {message[-_MAX_MESSAGE:]}") from None
+    return kernel_report(launch, compiled, target.backend)
+
+
+def kernel_report(launch: Launch, compiled: Any, backend: str, from_driver: bool = False) -> dict[str, Any]:
+    """Resources of one compiled kernel and its binary; registers and spills come from the driver
+    for a kernel loaded on a GPU (from_driver), else from the binary itself."""
+    meta = compiled.metadata
+    if backend == "cuda":
+        asm = {"ptx": compiled.asm["ptx"], "cubin": compiled.asm["cubin"]}
+        n_regs, n_spills = (compiled.n_regs, compiled.n_spills) if from_driver else _cubin_resources(asm["cubin"])
+    else:
+        asm = {"amdgcn": compiled.asm["amdgcn"], "hsaco": compiled.asm["hsaco"]}
+        n_regs, n_spills = _amdgcn_resources(asm["amdgcn"])
+    return {"name": launch.name, "grid": list(launch.grid), "num_warps": meta.num_warps,
+            "num_stages": meta.num_stages, "shared": int(meta.shared), "n_regs": n_regs,
+            "n_spills": n_spills, "asm": asm}
+
+
+def _cubin_resources(cubin: bytes) -> tuple[int, int]:
+    """Registers and spills as the driver reports them (spills = local bytes / 4, like Triton)."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as handle:
+        handle.write(cubin)
+        handle.flush()
+        tool = triton.knobs.nvidia.cuobjdump.path
+        text = subprocess.run([tool, "-res-usage", handle.name], capture_output=True, text=True,
+                              check=True).stdout
+    regs = re.search(r"REG:(\d+)", text)
+    local = re.search(r"LOCAL:(\d+)", text)
+    if regs is None or local is None:
+        raise CompileError(f"cuobjdump gave no resource usage: {text.strip()[:200]}")
+    return int(regs.group(1)), int(local.group(1)) // 4
+
+
+def _amdgcn_resources(text: str) -> tuple[int, int]:
+    def field(name: str) -> int:
+        match = re.search(rf"\.{name}:\s+(\d+)", text)
+        return int(match.group(1)) if match else 0
+    return field("vgpr_count"), field("vgpr_spill_count") + field("sgpr_spill_count")
+
+
+def summarize(kernels: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """The candidate's worst kernel: what limits its occupancy."""
+    return {key: max(int(k[key]) for k in kernels) for key in ("n_regs", "n_spills", "shared")}
+
+
+def bundle(kernels: Sequence[dict[str, Any]]) -> bytes:
+    """All binaries (and their assembly) of a candidate as one zip, in launch order."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for index, kernel in enumerate(kernels):
+            for suffix, content in kernel["asm"].items():
+                archive.writestr(f"{index}_{kernel['name']}.{suffix}", content)
+    return buffer.getvalue()

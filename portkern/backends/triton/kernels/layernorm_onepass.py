@@ -1,0 +1,48 @@
+"""LayerNorm over the last axis in one pass: each program holds ROWS_PER_PROGRAM whole rows in registers.
+
+x is read once and y written once; mean and variance are taken in fp32 from the centred values
+held in registers (no sum-of-squares cancellation). gamma and beta are loaded once per program.
+"""
+import triton
+import triton.language as tl
+
+KIND = "layernorm"
+PRECISION = "fp32"
+SPACE = {"ROWS_PER_PROGRAM": [1, 2, 4, 8, 16], "num_warps": [1, 2, 4, 8, 16]}
+DEFAULT = {"ROWS_PER_PROGRAM": 1, "num_warps": 4}
+
+# include: rowwise
+
+
+def constraints(task, config, target):
+    n_rows, n_cols = _rows_cols(task)
+    if n_rows == 0 or n_cols == 0:
+        return "empty tensor"
+    return _spill_reason(config["ROWS_PER_PROGRAM"] * triton.next_power_of_2(n_cols), config, target)
+
+
+@triton.jit
+def _layernorm_rows(x_ptr, gamma_ptr, beta_ptr, y_ptr, n_rows, n_cols, eps,
+                    BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    offsets = tl.minimum(rows, n_rows - 1).to(tl.int64)[:, None] * n_cols + cols[None, :]
+    x = tl.load(x_ptr + offsets, mask=col_ok[None, :], other=0.0, eviction_policy="evict_first")
+    x = x.to(tl.float32)
+    mean = tl.sum(x, axis=1) / n_cols
+    centred = tl.where(col_ok[None, :], x - mean[:, None], 0.0)
+    rstd = tl.rsqrt(tl.sum(centred * centred, axis=1) / n_cols + eps)
+    gamma = tl.load(gamma_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    beta = tl.load(beta_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    y = centred * rstd[:, None] * gamma[None, :] + beta[None, :]
+    tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=(rows[:, None] < n_rows) & col_ok[None, :])
+
+
+def launch(task, config, inputs, outputs):
+    n_rows, n_cols = _rows_cols(task)
+    rows_per_program = config["ROWS_PER_PROGRAM"]
+    grid = (triton.cdiv(n_rows, rows_per_program),)
+    _layernorm_rows[grid](inputs[0], inputs[1], inputs[2], outputs[0], n_rows, n_cols,
+                          float(task.attr("eps", 1e-5)), BLOCK_N=triton.next_power_of_2(n_cols),
+                          ROWS=rows_per_program, num_warps=config["num_warps"])

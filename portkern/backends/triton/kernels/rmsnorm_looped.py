@@ -1,0 +1,45 @@
+"""RMSNorm over the last axis for rows too long for registers: a sum-of-squares walk, then a writing walk.
+
+One program per row; squares accumulate lane-wise in fp32 across chunks and are reduced once.
+The first walk asks the cache to keep the row so the writing walk reads it from L2.
+"""
+import triton
+import triton.language as tl
+
+KIND = "rmsnorm"
+PRECISION = "fp32"
+SPACE = {"BLOCK_N": [256, 512, 1024, 2048, 4096, 8192], "num_warps": [1, 2, 4, 8, 16]}
+DEFAULT = {"BLOCK_N": 1024, "num_warps": 4}
+
+# include: rowwise
+
+
+def constraints(task, config, target):
+    n_rows, n_cols = _rows_cols(task)
+    if n_rows == 0 or n_cols == 0:
+        return "empty tensor"
+    return _spill_reason(config["BLOCK_N"], config, target)
+
+
+@triton.jit
+def _rmsnorm_looped(x_ptr, gamma_ptr, y_ptr, n_cols, eps, BLOCK_N: tl.constexpr):
+    row_start = tl.program_id(0).to(tl.int64) * n_cols
+    cols = tl.arange(0, BLOCK_N)
+    squares = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for start in range(0, n_cols, BLOCK_N):
+        x = tl.load(x_ptr + row_start + start + cols, mask=start + cols < n_cols, other=0.0,
+                    eviction_policy="evict_last").to(tl.float32)
+        squares += x * x
+    rstd = tl.rsqrt(tl.sum(squares, axis=0) / n_cols + eps)
+    for start in range(0, n_cols, BLOCK_N):
+        mask = start + cols < n_cols
+        x = tl.load(x_ptr + row_start + start + cols, mask=mask, other=0.0,
+                    eviction_policy="evict_first").to(tl.float32)
+        gamma = tl.load(gamma_ptr + start + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(y_ptr + row_start + start + cols, (x * rstd * gamma).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def launch(task, config, inputs, outputs):
+    n_rows, n_cols = _rows_cols(task)
+    _rmsnorm_looped[(n_rows,)](inputs[0], inputs[1], outputs[0], n_cols, float(task.attr("eps", 1e-6)),
+                               BLOCK_N=config["BLOCK_N"], num_warps=config["num_warps"])

@@ -1,0 +1,36 @@
+"""Softmax over the last axis in one pass: each program holds ROWS_PER_PROGRAM whole rows in registers.
+
+The data is read once and written once (the floor for this op), statistics in fp32. BLOCK_N is
+the row length rounded up to a power of two, so this variant serves rows that fit in registers;
+the online variant takes longer ones.
+"""
+import triton
+import triton.language as tl
+
+KIND = "softmax"
+PRECISION = "fp32"
+SPACE = {"ROWS_PER_PROGRAM": [1, 2, 4, 8, 16], "num_warps": [1, 2, 4, 8, 16]}
+DEFAULT = {"ROWS_PER_PROGRAM": 1, "num_warps": 4}
+
+# include: rowwise
+# include: softmax_tile
+
+
+def constraints(task, config, target):
+    n_rows, n_cols = _rows_cols(task)
+    if n_rows == 0 or n_cols == 0:
+        return "empty tensor"
+    return _spill_reason(config["ROWS_PER_PROGRAM"] * triton.next_power_of_2(n_cols), config, target)
+
+
+@triton.jit
+def _softmax_rows(x_ptr, y_ptr, n_rows, n_cols, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
+    _softmax_tile(x_ptr, y_ptr, tl.program_id(0) * ROWS, n_rows, n_cols, BLOCK_N, ROWS)
+
+
+def launch(task, config, inputs, outputs):
+    n_rows, n_cols = _rows_cols(task)
+    rows_per_program = config["ROWS_PER_PROGRAM"]
+    _softmax_rows[(triton.cdiv(n_rows, rows_per_program),)](
+        inputs[0], outputs[0], n_rows, n_cols, BLOCK_N=triton.next_power_of_2(n_cols),
+        ROWS=rows_per_program, num_warps=config["num_warps"])

@@ -1,0 +1,188 @@
+"""Triton kernel modules: the built-in library, loading in a chosen mode, and recording launches.
+
+Triton decides between its interpreter and its compiler when a function is decorated with
+@triton.jit: it reads TRITON_INTERPRET then (triton.knobs.runtime.interpret, in 3.6 and 3.7), not at
+import. So a module's text is executed with TRITON_INTERPRET scoped to the exec, and one process can
+hold both an interpreted copy (to run on CPU) and a compilable copy (to cross-compile for a GPU).
+
+A built-in kernel file may pull shared device code from an underscore file in kernels/ with a line
+`# include: NAME` (kernels/_NAME.py). Includes are expanded when the library is read, so every
+Variant.source is one self-contained text: what a pack stores and what a proposer reads.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import threading
+import types
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Callable, Iterator
+
+import torch
+from triton.runtime.interpreter import InterpretedFunction
+from triton.runtime.jit import JITFunction
+
+from ...ir import TensorSpec
+from ...tasks import Task
+from ..base import Variant
+from ..kernel_module import load_module, variant_from_source
+
+BACKEND_NAME = "triton"
+ALLOWED_IMPORTS = frozenset({"triton", "triton.language", "math"})
+_INCLUDE = re.compile(r"^# include: (\w+)[ \t]*$", re.M)
+_MODE_LOCK = threading.RLock()
+_MODULES: dict[tuple[str, str, bool], types.ModuleType] = {}
+
+
+def _kernel_files() -> Any:
+    return resources.files("portkern.backends.triton").joinpath("kernels")
+
+
+def expand_includes(text: str, read: Callable[[str], str], seen: frozenset[str] = frozenset()) -> str:
+    """Replace each `# include: NAME` line by the (expanded) text of _NAME.py, once per name."""
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name in seen:
+            raise ValueError(f"include cycle through '{name}'")
+        return expand_includes(read(name), read, seen | {name}).rstrip("\n")
+    return _INCLUDE.sub(replace, text)
+
+
+def builtin_variants() -> list[Variant]:
+    """Every kernels/*.py file (not starting with '_') as a Variant; read fresh, cheap."""
+    folder = _kernel_files()
+
+    def read(name: str) -> str:
+        return str(folder.joinpath(f"_{name}.py").read_text())
+
+    found = []
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".py") and not entry.name.startswith("_"):
+            source = expand_includes(entry.read_text(), read)
+            found.append(variant_from_source(entry.name[:-3], source, BACKEND_NAME, "builtin",
+                                             ALLOWED_IMPORTS))
+    return found
+
+
+@contextlib.contextmanager
+def _triton_mode(interpret: bool) -> Iterator[None]:
+    previous = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = previous
+
+
+def kernel_module(variant: Variant, interpret: bool) -> types.ModuleType:
+    """The variant's module, executed once per (source, mode): Triton's JIT cache lives on it."""
+    key = (variant.name, variant.source_hash, interpret)
+    with _MODE_LOCK:
+        module = _MODULES.get(key)
+        if module is None:
+            with _triton_mode(interpret):
+                module = load_module(variant, ALLOWED_IMPORTS)
+            _MODULES[key] = module
+    return module
+
+
+_TORCH_DTYPES = {
+    "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
+    "float64": torch.float64, "int8": torch.int8, "int16": torch.int16, "int32": torch.int32,
+    "int64": torch.int64, "uint8": torch.uint8, "bool": torch.bool,
+}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    try:
+        return _TORCH_DTYPES[name]
+    except KeyError:
+        raise ValueError(f"dtype {name} has no torch equivalent here") from None
+
+
+def scratch_specs(module: types.ModuleType, task: Task, config: dict[str, Any]) -> list[TensorSpec]:
+    """Workspace a module asks for through its optional `scratch(task, config)`; appended to outputs."""
+    declare = getattr(module, "scratch", None)
+    if declare is None:
+        return []
+    return [TensorSpec(tuple(int(d) for d in shape), dtype) for shape, dtype in declare(task, config)]
+
+
+# --- recording the launches a module's `launch` makes -------------------------------------------
+
+@dataclass
+class Launch:
+    """One kernel launch made by a module's launch(): enough to compile it ahead of time."""
+
+    kernel: Any  # a JITFunction (or InterpretedFunction)
+    grid: tuple[int, ...]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    compiled: Any = None  # what Triton's JIT returned when the launch was forwarded (GPU)
+
+    @property
+    def name(self) -> str:
+        return str(self.kernel.__name__)
+
+    def bound(self) -> dict[str, Any]:
+        """Kernel parameters by name, defaults filled in."""
+        params = self.kernel.params
+        values = {p.name: p.default for p in params if p.has_default}
+        values.update(zip((p.name for p in params), self.args))
+        names = {p.name for p in params}
+        values.update((k, v) for k, v in self.kwargs.items() if k in names)
+        return values
+
+    def options(self) -> dict[str, Any]:
+        """Compiler options passed at launch (num_warps, num_stages, ...)."""
+        names = {p.name for p in self.kernel.params}
+        return {k: v for k, v in self.kwargs.items() if k not in names}
+
+
+@dataclass
+class _Recorder:
+    kernel: Any
+    launches: list[Launch] = field(default_factory=list)
+    forward: bool = False
+
+    def __getitem__(self, grid: Any) -> Callable[..., None]:
+        def call(*args: Any, **kwargs: Any) -> None:
+            launch = Launch(self.kernel, (), args, kwargs)
+            launch.grid = _grid_tuple(grid(launch.bound()) if callable(grid) else grid)
+            if self.forward:
+                launch.compiled = self.kernel[grid](*args, **kwargs)
+            self.launches.append(launch)
+        return call
+
+
+def _grid_tuple(grid: Any) -> tuple[int, ...]:
+    values = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
+    return tuple(int(v) for v in values)
+
+
+def _is_kernel(value: Any) -> bool:
+    return isinstance(value, (JITFunction, InterpretedFunction))
+
+
+def record_launches(module: types.ModuleType, run: Callable[[], None], forward: bool) -> list[Launch]:
+    """Call `run` (which calls module.launch) with every @triton.jit global replaced by a recorder.
+
+    With forward=True the launches also really happen (Triton's JIT compiles and runs them);
+    otherwise nothing runs, so meta tensors (shapes and strides, no memory) are enough.
+    """
+    namespace = module.__dict__
+    originals = {name: value for name, value in namespace.items() if _is_kernel(value)}
+    launches: list[Launch] = []
+    with _MODE_LOCK:
+        for name, kernel in originals.items():
+            namespace[name] = _Recorder(kernel, launches, forward)
+        try:
+            run()
+        finally:
+            namespace.update(originals)
+    return launches

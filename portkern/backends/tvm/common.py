@@ -1,0 +1,196 @@
+"""What every TVM schedule template shares: the host facts it tiles for, the epilogue, the checks.
+
+A template module (gemm.py, conv2d.py, ...) follows the kernel-module header contract (KIND,
+PRECISION, SPACE, DEFAULT as literals) and defines two functions:
+
+    constraints(task, config, target) -> str | None   why a config cannot work here, before building
+    schedule(task, config, target) -> Kernel          the scheduled TensorIR and the argument shapes
+
+The backend builds `Kernel.module` with LLVM for the host and calls it on buffers viewed with
+`Kernel.arg_shapes` (a GEMM's (B, S, K) input is a (B*S, K) matrix to the kernel).
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import tvm
+from tvm import s_tir, te, topi
+
+from ...hwprofile import Target
+from ...tasks import Task
+
+# Activations as TVM computes them. erf/exp/tanh use TVM's vectorizable polynomial forms
+# (measured relative L2 error ~6e-8 vs float64, 30-60x faster than the libm calls they replace).
+_SQRT_HALF = 0.7071067811865476
+_SQRT_2_OVER_PI = 0.7978845608028654
+
+
+def _gelu(x: te.Tensor) -> te.Tensor:
+    scaled = te.compute(x.shape, lambda *i: x(*i) * _SQRT_HALF, name="gelu_scale")
+    erf = topi.fast_erf(scaled)
+    return te.compute(x.shape, lambda *i: 0.5 * x(*i) * (1.0 + erf(*i)), name="gelu")
+
+
+def _gelu_tanh(x: te.Tensor) -> te.Tensor:
+    inner = te.compute(x.shape, lambda *i: _SQRT_2_OVER_PI * (x(*i) + 0.044715 * x(*i) * x(*i) * x(*i)),
+                       name="gelu_tanh_inner")
+    tanh = topi.fast_tanh(inner)
+    return te.compute(x.shape, lambda *i: 0.5 * x(*i) * (1.0 + tanh(*i)), name="gelu_tanh")
+
+
+def _sigmoid(x: te.Tensor) -> te.Tensor:
+    exp = topi.fast_exp(te.compute(x.shape, lambda *i: -x(*i), name="sigmoid_neg"))
+    return te.compute(x.shape, lambda *i: 1.0 / (1.0 + exp(*i)), name="sigmoid")
+
+
+def _silu(x: te.Tensor) -> te.Tensor:
+    sig = _sigmoid(x)
+    return te.compute(x.shape, lambda *i: x(*i) * sig(*i), name="silu")
+
+
+def _relu(x: te.Tensor) -> te.Tensor:
+    return te.compute(x.shape, lambda *i: te.max(x(*i), tvm.tirx.const(0.0, x.dtype)), name="relu")
+
+
+def _relu6(x: te.Tensor) -> te.Tensor:
+    zero, six = tvm.tirx.const(0.0, x.dtype), tvm.tirx.const(6.0, x.dtype)
+    return te.compute(x.shape, lambda *i: te.min(te.max(x(*i), zero), six), name="relu6")
+
+
+ACTIVATIONS: dict[str, Callable[[te.Tensor], te.Tensor]] = {
+    "none": lambda x: x,
+    "relu": _relu,
+    "relu6": _relu6,
+    "gelu": _gelu,
+    "gelu_tanh": _gelu_tanh,
+    "silu": _silu,
+    "sigmoid": _sigmoid,
+    "tanh": topi.fast_tanh,
+}
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """The numbers of the CPU hwprofile a schedule is shaped by."""
+
+    lanes: int  # fp32 lanes of one vector register
+    vector_registers: int
+    cores: int
+    l1_bytes: int
+    l2_bytes: int
+
+    @classmethod
+    def of(cls, target: Target) -> "HostFacts":
+        profile = target.profile
+        vector_bytes = int(profile.limits.get("vector_bytes", 16))
+        return cls(
+            lanes=max(1, vector_bytes // 4),
+            vector_registers=32 if vector_bytes >= 64 else 16,  # AVX-512 has 32 zmm; AVX2/SSE 16
+            cores=max(1, profile.cores),
+            l1_bytes=int(profile.limits.get("l1_bytes", 32 * 1024)),
+            l2_bytes=int(profile.limits.get("l2_bytes", 1024 * 1024)),
+        )
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A scheduled kernel: TensorIR ready to build and the shape of each argument it takes."""
+
+    module: tvm.IRModule
+    arg_shapes: tuple[tuple[int, ...], ...]  # inputs then outputs, in the task's order
+
+
+def ceil_to(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def clamp(index: Any, limit: int) -> Any:
+    """An index kept inside [0, limit): padded tile rows read a real row and are discarded."""
+    return te.min(index, limit - 1)
+
+
+def check_space(config: Mapping[str, Any], space: Mapping[str, Sequence[Any]]) -> str | None:
+    """The config names exactly the space's parameters, each with one of its choices."""
+    if set(config) != set(space):
+        return f"config parameters {sorted(config)} differ from the space's {sorted(space)}"
+    for name, value in config.items():
+        if value not in space[name]:
+            return f"{name}={value!r} is not one of {list(space[name])}"
+    return None
+
+
+def check_float32(task: Task) -> str | None:
+    if any(spec.dtype != "float32" for spec in (*task.inputs, *task.outputs)):
+        return f"the TVM CPU templates compute float32 only (task is {task.dtype})"
+    return None
+
+
+def check_vector(lanes: int, width: int, facts: HostFacts, what: str) -> str | None:
+    """A vectorized loop of `width` elements is split in `lanes`-wide host vectors."""
+    if lanes > facts.lanes:
+        return f"vector_lanes={lanes} exceeds the host's {facts.lanes} fp32 lanes"
+    if width % lanes:
+        return f"{what}={width} is not a multiple of vector_lanes={lanes}"
+    return None
+
+
+def check_registers(rows: int, width: int, lanes: int, facts: HostFacts) -> str | None:
+    """The accumulator tile plus one operand vector must stay in vector registers (no spills)."""
+    needed = rows * (width // lanes) + width // lanes + 1
+    if needed > facts.vector_registers:
+        return (f"register tile {rows}x{width} needs {needed} vector registers "
+                f"(host has {facts.vector_registers})")
+    return None
+
+
+def epilogue(acc: te.Tensor, shape: Sequence[int], activation: str, bias: Callable[..., Any] | None,
+             residual: te.Tensor | None, residual_first: bool) -> te.Tensor:
+    """The fused elementwise tail on the accumulator, in the order the task's subgraph computes it.
+
+    `bias(*index)` is the bias value at an output index; stages are inlined by `schedule_epilogue`.
+    """
+    def add_bias(*index: Any) -> Any:
+        value = acc(*index)
+        return value + bias(*index) if bias is not None else value
+
+    value = te.compute(tuple(shape), add_bias, name="biased")
+    if residual is not None and residual_first:
+        value = te.compute(value.shape, lambda *i: value(*i) + residual(*i), name="residual_add")
+    value = ACTIVATIONS[activation](value)
+    if residual is not None and not residual_first:
+        value = te.compute(value.shape, lambda *i: value(*i) + residual(*i), name="residual_add")
+    return te.compute(value.shape, lambda *i: value(*i), name="out")
+
+
+def inline_elementwise(sch: s_tir.Schedule, keep: Sequence[str]) -> None:
+    """Inline every injective stage except the named ones (producers first, so chains collapse)."""
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        if sch.get(block).name_hint not in keep:
+            sch.compute_inline(block)
+
+
+def schedule_epilogue(sch: s_tir.Schedule, at: Any, lanes: int) -> None:
+    """Move the output stage under the tile loop `at` and vectorize its innermost loop."""
+    out = sch.get_sblock("out")
+    sch.reverse_compute_at(out, at)
+    innermost = sch.get_loops(out)[-1]
+    _, vector = sch.split(innermost, [None, lanes])
+    sch.vectorize(vector)
+
+
+def configs(space: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    """Every configuration of a space, in a fixed order (for grid search and fallbacks)."""
+    names = sorted(space)
+    return [dict(zip(names, values)) for values in itertools.product(*(space[n] for n in names))]
+
+
+def nearest_valid(default: Mapping[str, Any], space: Mapping[str, Sequence[Any]],
+                  valid: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
+    """The valid configuration that differs from `default` in the fewest parameters."""
+    def distance(config: dict[str, Any]) -> int:
+        return sum(config[name] != default[name] for name in config)
+
+    best = min((c for c in configs(space) if valid(c)), key=distance, default=None)
+    return best

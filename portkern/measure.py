@@ -1,0 +1,51 @@
+"""The measurement harness every backend shares: warm-up, rotating inputs, median of many runs.
+
+Backends only provide `time_once` (device events with a device-wide sync on GPUs, a host clock on
+CPUs) or, for simulated hardware, `modeled_seconds`. How the times were taken is recorded with them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from .backends.base import Backend, Program
+from .search.records import Measurement
+from .tasks import Task
+from .verify import _poisoned, make_inputs
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    warmup: int = 3
+    repeats: int = 30
+    input_sets: int = 3  # rotated so caches do not flatter a kernel whose inputs fit on chip
+    max_seconds: float = 2.0  # stop repeating once this much time was spent timing
+
+
+def device_inputs(backend: Backend, task: Task, sets: int, seed: int = 7) -> list[list[Any]]:
+    return [[backend.to_device(a) for a in make_inputs(task, seed + i, "normal")] for i in range(sets)]
+
+
+def time_program(backend: Backend, program: Program, task: Task,
+                 options: MeasureOptions = MeasureOptions(),
+                 inputs: Sequence[list[Any]] | None = None) -> Measurement:
+    modeled = backend.modeled_seconds(program)
+    if modeled is not None:
+        return Measurement(times=[modeled], method=f"simulated: {backend.name} cost model", simulated=True)
+    sets = list(inputs) if inputs is not None else device_inputs(backend, task, options.input_sets)
+    outputs = [_poisoned(backend, spec) for spec in task.outputs]
+    for i in range(options.warmup):
+        program(sets[i % len(sets)], outputs)
+    backend.synchronize()
+    times: list[float] = []
+    spent = 0.0
+    for i in range(options.repeats):
+        current = sets[i % len(sets)]
+        elapsed = backend.time_once(lambda: program(current, outputs))
+        times.append(elapsed)
+        spent += elapsed
+        if spent > options.max_seconds and len(times) >= 5:
+            break
+    method = (f"{backend.name}: median of {len(times)} runs after {options.warmup} warm-up, "
+              f"{len(sets)} rotating input sets, device synchronized around each run")
+    return Measurement(times=times, method=method)

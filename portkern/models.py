@@ -1,0 +1,286 @@
+"""Real models for tests, demos and benchmarks: the onnx package's light zoo and a BERT encoder.
+
+The zoo graphs have real shapes but every weight is the same 0.02 fill, which makes an output
+check nearly blind; `randomize_weights` swaps in seeded random weights scaled like a real init.
+The BERT-style encoder is exported from `transformers` with random init (no download) and cached
+by its arguments, so tests pay for the export once.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from .errors import ModelError
+from .ir import Graph
+
+ZOO_MODELS: tuple[str, ...] = (
+    "bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
+    "squeezenet", "vgg19", "zfnet512",
+)
+
+DEFAULT_CACHE_DIR = Path.home() / ".cache" / "portkern" / "models"
+
+
+def zoo_model_path(name: str) -> Path:
+    """The light zoo model shipped inside the onnx package (light_<name>.onnx)."""
+    if name not in ZOO_MODELS:
+        raise ModelError(f"unknown zoo model '{name}'; known: {', '.join(ZOO_MODELS)}")
+    path = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / f"light_{name}.onnx"
+    if not path.is_file():
+        raise ModelError(f"zoo model {path} is missing from the installed onnx package")
+    return path
+
+
+# --------------------------------------------------------------------------- random weights
+
+# ops through which a weight passes unchanged in role (densenet's BN scales go through Unsqueeze)
+_PASS_THROUGH = frozenset({"Unsqueeze", "Reshape", "Identity", "Cast", "Squeeze", "Flatten"})
+# (op, input index) whose values must stay near 1 or positive for the network to stay sane
+_NEAR_ONE = {("BatchNormalization", 1), ("BatchNormalization", 4), ("Mul", 0), ("Mul", 1),
+             ("InstanceNormalization", 1), ("LayerNormalization", 1)}
+
+
+def _weight_role(name: str, consumers: dict[str, list[tuple[onnx.NodeProto, int]]]
+                 ) -> tuple[onnx.NodeProto, int] | None:
+    """The first real consumer of a weight (following pass-through ops) and the input slot."""
+    current = name
+    for _ in range(8):
+        users = consumers.get(current, [])
+        if not users:
+            return None
+        node, slot = users[0]
+        if node.op_type not in _PASS_THROUGH:
+            return node, slot
+        current = node.output[0]
+    return None
+
+
+def _fan_in(shape: tuple[int, ...], role: tuple[onnx.NodeProto, int] | None) -> int:
+    if role is not None:
+        node, slot = role
+        if node.op_type == "Gemm" and slot == 1:
+            trans_b = any(a.name == "transB" and a.i for a in node.attribute)
+            return shape[1] if trans_b else shape[0]
+        if node.op_type == "MatMul" and slot == 1:
+            return shape[-2]
+    return math.prod(shape[1:])
+
+
+def _random_weight(shape: tuple[int, ...], role: tuple[onnx.NodeProto, int] | None,
+                   rng: np.random.Generator) -> np.ndarray:
+    """He-scaled normal for matrices and filters; near-one scales/variances; small biases."""
+    if role is not None and (role[0].op_type, role[1]) in _NEAR_ONE:
+        return rng.uniform(0.5, 1.5, size=shape)
+    if len(shape) >= 2:
+        return rng.standard_normal(shape) * math.sqrt(2.0 / max(_fan_in(shape, role), 1))
+    return rng.standard_normal(shape) * 0.1
+
+
+def randomize_weights(model: onnx.ModelProto, seed: int) -> onnx.ModelProto:
+    """A copy whose float weights (initializers, ConstantOfShape fills) are seeded random values.
+
+    ConstantOfShape weights become initializers of the same name, so the graph computes the same
+    function of different numbers. Random weights alone blow deep nets up (resnet50's softmax
+    saturates to one-hot, which hides errors as well as the 0.02 fill did), so for models with
+    static input shapes the weights are then calibrated on one seeded input, as a trained net
+    would be: BatchNormalization gets its input's batch statistics as running mean/variance and
+    every Conv/Gemm/MatMul weight is scaled to give unit-variance output (layer-sequential
+    unit-variance init).
+    """
+    randomized = _random_weights(model, seed)
+    try:
+        return _calibrated(randomized, seed)
+    except ModelError:  # dynamic input dims: no input to calibrate on; keep the plain init
+        return randomized
+
+
+def _calibrated(model: onnx.ModelProto, seed: int) -> onnx.ModelProto:
+    """Run the model once in the executor, fixing BN statistics and weight scales on the way."""
+    from .executor import run_nodes
+    from .onnx_import import load_model
+
+    graph = load_model(model)
+    initializers = {t.name for t in model.graph.initializer}
+    env = dict(graph.constants)
+    env.update(random_feeds(graph, seed))
+    updated: dict[str, np.ndarray] = {}
+    for node in graph.nodes:
+        if node.op_type == "BatchNormalization" and set(node.inputs[3:5]) <= initializers:
+            x = env[node.inputs[0]]
+            axes = (0,) + tuple(range(2, x.ndim))
+            for name, stat in zip(node.inputs[3:5], (x.mean(axis=axes), x.var(axis=axes))):
+                env[name] = updated[name] = stat.astype(env[name].dtype)
+        run_nodes([node], env, graph.opset)
+        weight_names = [n for n in node.inputs[1:3] if n in initializers]
+        if node.op_type in ("Conv", "Gemm", "MatMul") and node.inputs[1] in weight_names:
+            spread = float(np.std(env[node.outputs[0]]))
+            if spread > 0:
+                for name in weight_names:
+                    env[name] = updated[name] = (env[name] / spread).astype(env[name].dtype)
+                run_nodes([node], env, graph.opset)
+    for tensor in model.graph.initializer:
+        if tensor.name in updated:
+            tensor.CopyFrom(numpy_helper.from_array(updated[tensor.name], tensor.name))
+    return model
+
+
+def _random_weights(model: onnx.ModelProto, seed: int) -> onnx.ModelProto:
+    """Seeded random values for every float weight; ConstantOfShape fills become initializers."""
+    rng = np.random.default_rng(seed)
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    consumers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    for node in graph.node:
+        for slot, name in enumerate(node.input):
+            consumers.setdefault(name, []).append((node, slot))
+    shape_inits = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    replaced: list[onnx.TensorProto] = []
+    kept_nodes = []
+    for node in graph.node:
+        fill = _fill_dtype(node)
+        if node.op_type == "ConstantOfShape" and fill is not None and node.input[0] in shape_inits:
+            shape = tuple(int(d) for d in shape_inits[node.input[0]])
+            value = _random_weight(shape, _weight_role(node.output[0], consumers), rng)
+            replaced.append(numpy_helper.from_array(value.astype(fill), node.output[0]))
+        else:
+            kept_nodes.append(node)
+    for index, tensor in enumerate(graph.initializer):
+        array = numpy_helper.to_array(tensor)
+        if array.dtype.kind == "f" and array.size > 1:
+            value = _random_weight(array.shape, _weight_role(tensor.name, consumers), rng)
+            graph.initializer[index].CopyFrom(numpy_helper.from_array(value.astype(array.dtype),
+                                                                       tensor.name))
+    graph.initializer.extend(replaced)
+    del graph.node[:]
+    graph.node.extend(kept_nodes)
+    # drop what only the removed fills read (their __SHAPE tensors), inputs and initializers both
+    read = {name for node in kept_nodes for name in node.input} | {o.name for o in graph.output}
+    unused = [t for t in graph.initializer if t.name not in read]
+    for tensor in unused:
+        graph.initializer.remove(tensor)
+    stale = [vi for vi in graph.input if vi.name not in read]
+    for vi in stale:
+        graph.input.remove(vi)
+    return out
+
+
+def _fill_dtype(node: onnx.NodeProto) -> np.dtype | None:
+    """The float dtype a ConstantOfShape fills with, or None when it is not a float fill."""
+    if node.op_type != "ConstantOfShape":
+        return None
+    for attr in node.attribute:
+        if attr.name == "value":
+            dtype = numpy_helper.to_array(attr.t).dtype
+            return dtype if dtype.kind == "f" else None
+    return np.dtype(np.float32)
+
+
+# --------------------------------------------------------------------------- BERT export
+
+def export_bert(path: str | Path = DEFAULT_CACHE_DIR, *, layers: int = 2, hidden: int = 128,
+                heads: int = 2, intermediate: int = 512, seq: int = 128, batch: int = 1,
+                vocab: int = 1000, dtype: str = "float32", opset: int = 17, seed: int = 0) -> Path:
+    """A BERT-style encoder (random init) exported to ONNX in the cache directory `path`.
+
+    Inputs input_ids and attention_mask (int64, dynamic batch x sequence axes); outputs
+    last_hidden_state and pooler_output. The file name is a hash of the arguments and the
+    torch/transformers versions, so a second call with the same arguments is free.
+    """
+    args: dict[str, Any] = dict(layers=layers, hidden=hidden, heads=heads,
+                                intermediate=intermediate, seq=seq, batch=batch, vocab=vocab,
+                                dtype=dtype, opset=opset, seed=seed)
+    import torch
+    import transformers
+
+    args["versions"] = [torch.__version__, transformers.__version__]
+    digest = hashlib.sha256(json.dumps(args, sort_keys=True).encode()).hexdigest()[:16]
+    directory = Path(path)
+    target = directory / f"bert-L{layers}-H{hidden}-S{seq}-{dtype}-{digest}.onnx"
+    if target.is_file():
+        return target
+    directory.mkdir(parents=True, exist_ok=True)
+    wrapper = _bert_module(layers, hidden, heads, intermediate, vocab, dtype, seed)
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(0, min(vocab, 100), (batch, seq), generator=generator)
+    attention_mask = torch.ones(batch, seq, dtype=torch.int64)
+    dynamic = {0: "batch", 1: "sequence"}
+    # write to a private temp file then rename: concurrent test runs never see half a model
+    handle, tmp_name = tempfile.mkstemp(suffix=".onnx", dir=directory)
+    os.close(handle)
+    try:
+        with torch.no_grad():
+            torch.onnx.export(
+                wrapper, (input_ids, attention_mask), tmp_name,
+                input_names=["input_ids", "attention_mask"],
+                output_names=["last_hidden_state", "pooler_output"],
+                dynamic_axes={"input_ids": dynamic, "attention_mask": dynamic,
+                              "last_hidden_state": dynamic, "pooler_output": {0: "batch"}},
+                opset_version=opset, dynamo=False)
+        os.replace(tmp_name, target)
+    finally:
+        if os.path.exists(tmp_name):
+            os.unlink(tmp_name)
+    return target
+
+
+def _bert_module(layers: int, hidden: int, heads: int, intermediate: int, vocab: int,
+                 dtype: str, seed: int) -> Any:
+    """BertModel from a BertConfig (eager attention: plain ONNX ops), wrapped to take
+    (input_ids, attention_mask) positionally and return a plain tuple for the exporter."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    config = BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
+                        num_attention_heads=heads, intermediate_size=intermediate)
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    bert = BertModel(config).eval().to(getattr(torch, dtype))
+
+    class EncoderOutputs(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
+            out = self.bert(input_ids=input_ids, attention_mask=attention_mask)
+            return out.last_hidden_state, out.pooler_output
+
+    return EncoderOutputs()
+
+
+# --------------------------------------------------------------------------- inputs
+
+def random_feeds(graph: Graph, seed: int) -> dict[str, np.ndarray]:
+    """Seeded inputs that make sense for the model: token ids in [0, 100), a mask of ones with a
+    few trailing zeros (padding), token type ids of zero, normal floats."""
+    rng = np.random.default_rng(seed)
+    feeds: dict[str, np.ndarray] = {}
+    for name in graph.inputs:
+        spec = graph.values[name]
+        dtype = np.dtype(spec.dtype)
+        lowered = name.lower()
+        if dtype.kind in "iu" and "mask" in lowered:
+            value = np.ones(spec.shape, dtype=dtype)
+            if value.ndim:
+                length = spec.shape[-1]
+                value[..., length - min(max(1, length // 16), length - 1):] = 0
+        elif dtype.kind in "iu" and "type" in lowered:
+            value = np.zeros(spec.shape, dtype=dtype)
+        elif dtype.kind in "iu":
+            value = rng.integers(0, 100, size=spec.shape).astype(dtype)
+        elif dtype.kind == "b":
+            value = rng.random(spec.shape) < 0.5
+        else:
+            value = rng.standard_normal(spec.shape).astype(dtype)
+        feeds[name] = value
+    return feeds

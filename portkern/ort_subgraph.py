@@ -1,0 +1,108 @@
+"""A task's own subgraph as an ONNX model, run by onnxruntime: the CPU baseline a kernel must beat.
+
+`task_model(task)` rebuilds the task's nodes as a standalone model (constants as initializers, the
+task's inputs and outputs, its opset). `OrtProgram(task, threads)` runs it on the caller's buffers
+through IO binding: inputs are read and outputs written in place, by pointer, so its time is
+onnxruntime's kernel time and nothing else. Any buffer that exposes DLPack (numpy arrays, TVM
+tensors) is bound without a copy, which is how the TVM backend times it on its own buffers.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from .errors import PortkernError
+from .ir import Node, TensorSpec
+from .tasks import Task
+
+
+class OrtSubgraphError(PortkernError):
+    """A task's subgraph cannot be expressed as a model onnxruntime accepts."""
+
+
+def _attribute(name: str, value: Any) -> onnx.AttributeProto:
+    if isinstance(value, np.ndarray):
+        return helper.make_attribute(name, numpy_helper.from_array(value, name))
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, tuple):
+        value = list(value)
+    if isinstance(value, list) and not value:
+        raise OrtSubgraphError(f"attribute '{name}' is an empty list: its ONNX type is unknown")
+    return helper.make_attribute(name, value)
+
+
+def _node_proto(node: Node) -> onnx.NodeProto:
+    proto = helper.make_node(node.op_type, list(node.inputs), list(node.outputs), name=node.name,
+                             domain=node.domain or None)
+    proto.attribute.extend(_attribute(key, value) for key, value in node.attrs.items())
+    return proto
+
+
+def _value_info(name: str, spec: TensorSpec) -> onnx.ValueInfoProto:
+    try:
+        elem = helper.np_dtype_to_tensor_dtype(np.dtype(spec.dtype))
+    except (TypeError, KeyError):
+        raise OrtSubgraphError(f"dtype {spec.dtype} of '{name}' has no ONNX tensor type here") from None
+    return helper.make_tensor_value_info(name, elem, list(spec.shape))
+
+
+def task_model(task: Task) -> onnx.ModelProto:
+    """The task's subgraph as a model: its nodes, its constants, its inputs and outputs."""
+    if not task.nodes:
+        raise OrtSubgraphError(f"task {task.label} carries no nodes to rebuild a model from")
+    inputs = set(task.input_names)
+    initializers = [numpy_helper.from_array(np.asarray(value), name)
+                    for name, value in task.constants.items() if name not in inputs]
+    graph = helper.make_graph(
+        [_node_proto(node) for node in task.nodes], f"portkern_{task.key}",
+        [_value_info(name, spec) for name, spec in zip(task.input_names, task.inputs, strict=True)],
+        [_value_info(name, spec) for name, spec in zip(task.output_names, task.outputs, strict=True)],
+        initializer=initializers,
+    )
+    domains = {node.domain for node in task.nodes if node.domain and node.domain != "ai.onnx"}
+    opsets = [helper.make_opsetid("", task.opset)] + [helper.make_opsetid(d, 1) for d in sorted(domains)]
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="portkern")
+    model.ir_version = min(model.ir_version, 10)  # what onnxruntime 1.18+ reads
+    return model
+
+
+def host_array(buffer: Any) -> np.ndarray:
+    """A numpy view of a host buffer (numpy itself, or anything exposing DLPack) without a copy."""
+    return buffer if isinstance(buffer, np.ndarray) else np.from_dlpack(buffer)
+
+
+class OrtProgram:
+    """The task's subgraph in an onnxruntime session, called like any Program on host buffers."""
+
+    def __init__(self, task: Task, threads: int) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        try:
+            self.session = ort.InferenceSession(task_model(task).SerializeToString(), options,
+                                                providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own types for bad graphs
+            raise OrtSubgraphError(f"onnxruntime rejects the subgraph of {task.label}: "
+                                   f"{str(exc).splitlines()[0]}") from None
+        self.task = task
+        self.threads = threads
+
+    def __call__(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        binding = self.session.io_binding()
+        # bound by pointer: the (possibly copied) input arrays must outlive the run
+        arrays = [np.ascontiguousarray(host_array(buffer)) for buffer in inputs]
+        for name, array in zip(self.task.input_names, arrays, strict=True):
+            binding.bind_input(name, "cpu", 0, array.dtype, array.shape, array.ctypes.data)
+        for name, buffer in zip(self.task.output_names, outputs, strict=True):
+            array = host_array(buffer)
+            if not array.flags.c_contiguous:
+                raise OrtSubgraphError(f"output buffer for '{name}' is not contiguous")
+            binding.bind_output(name, "cpu", 0, array.dtype, array.shape, array.ctypes.data)
+        self.session.run_with_iobinding(binding)

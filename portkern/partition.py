@@ -1,0 +1,851 @@
+"""Partition a graph into kernel tasks: the fusion groups a kernel implements.
+
+`partition(graph)` walks the (constant-folded) graph in topological order and claims nodes for the
+patterns below, first match wins; the nodes no task claims are glue (Reshape, Transpose, Gather...)
+that the runtime runs with the numpy executor. A task's nodes run by the executor reproduce its
+subgraph exactly (`Task.reference`), so a kernel is checked against the model's own semantics.
+
+Patterns (kinds and kernel signatures are in tasks.py):
+  attention   MatMul(Q, K^T) [-> Div|Mul scalar] [-> Add mask] [-> Add causal constant]
+              -> Softmax(last axis) -> MatMul(., V); scalar Mul/Div on Q or K^T (the SDPA export)
+              folds into `scale`; a Transpose swapping the last two axes of K folds into
+              k_transposed=False. A constant mask that is 0 on and below the (bottom-right aligned)
+              diagonal and <= -1e4 above is `causal` and stays a task constant.
+  gemm        MatMul(x, W 2-D) or Gemm (alpha = beta = 1, no transA)
+              -> [Add bias (N,)] -> [activation] -> [Add residual]:  out = act(x@W + bias) + residual
+  bmm         MatMul with both operands >= 3-D -> [Mul|Div scalar]   (scale)
+  conv2d      Conv [-> BatchNormalization folded] -> [Add residual] -> [activation]:
+              out = act(conv(x, w) + bias + residual)  (the ResNet order). Folded BN yields new
+              weights/bias that live in Task.constants under the task's input names.
+  pool        MaxPool, AveragePool (no ceil_mode, no dilation), GlobalAveragePool
+  layernorm   LayerNormalization (last axis), or ReduceMean -> Sub -> Pow 2 | Mul(d,d) -> ReduceMean
+              -> Add eps -> Sqrt -> Div | Reciprocal*x -> Mul gamma -> Add beta
+  rmsnorm     Pow 2 | Mul(x,x) -> ReduceMean -> Add eps -> Sqrt -> Div | Reciprocal*x -> Mul gamma
+  softmax     Softmax over the last axis (outside attention)
+  reduce      ReduceSum/Mean/Max/Min (outside norms)
+  elementwise maximal trees of elementwise ops whose intermediates have one consumer
+
+Activations are recognised by what they compute, not by how an exporter spelled them: the largest
+closed elementwise region fed only by the pre-activation value and scalar constants is evaluated
+on probe points and compared with relu, gelu (erf), gelu_tanh, silu, sigmoid, tanh (and relu6 =
+Clip(0, 6) for convolutions).
+
+Elementwise expressions (attrs["expr"]) are a tuple of steps; step i defines "t{i}", the last step
+is the output; operands are task inputs "in0".."inK" (in the task's input order), earlier steps,
+or inline Python floats (scalar constants):
+  binary  ("add"|"sub"|"mul"|"div"|"pow"|"max"|"min", a, b)
+  unary   ("sqrt"|"exp"|"log"|"tanh"|"sigmoid"|"relu"|"erf"|"neg"|"abs"|"reciprocal"|"gelu"|"gelu_tanh", a)
+  other   ("cast", a, dtype_name)   ("where", condition, a, b)
+Clip becomes max then min. `evaluate_expr` is the numpy meaning of an expression.
+
+FLOPs (documented estimates; the roofline uses them):
+  gemm 2*M*N*K + per output element: bias 1, residual 1, activation ACTIVATION_FLOPS
+  bmm 2*B*M*N*K (+1 per output element when scaled); attention 4*B*H*S*Sk*D
+  conv2d 2*N*OC*OH*OW*(C/g)*KH*KW + the same epilogue as gemm; pool OH*OW*KH*KW per plane
+  softmax 5, layernorm 8, rmsnorm 6 per element; reduce 1 per input element;
+  elementwise 1 per step per output element.
+min_bytes: every input read once plus every output written once, at their dtypes.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .executor import _explicit_pads
+from .ir import Graph, Node, TensorSpec
+from .tasks import FLOAT_DTYPES, Task, freeze_attrs
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erf, otypes=[np.float64])(x)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return np.exp(-np.logaddexp(0.0, -x))
+
+
+ACTIVATION_FUNCS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "relu": lambda x: np.maximum(x, 0.0),
+    "gelu": lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),
+    "gelu_tanh": lambda x: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3))),
+    "silu": lambda x: x * _sigmoid(x),
+    "sigmoid": _sigmoid,
+    "tanh": np.tanh,
+    "relu6": lambda x: np.clip(x, 0.0, 6.0),
+}
+ACTIVATION_FLOPS = {"none": 0, "relu": 1, "relu6": 2, "sigmoid": 4, "tanh": 4, "silu": 5,
+                    "gelu": 8, "gelu_tanh": 10}
+GEMM_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh")
+CONV_ACTIVATIONS = GEMM_ACTIVATIONS + ("relu6",)
+
+_UNARY_STEPS = {"Sqrt": "sqrt", "Exp": "exp", "Log": "log", "Tanh": "tanh", "Sigmoid": "sigmoid",
+                "Relu": "relu", "Erf": "erf", "Neg": "neg", "Abs": "abs", "Reciprocal": "reciprocal"}
+_BINARY_STEPS = {"Add": "add", "Sum": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow",
+                 "Max": "max", "Min": "min"}
+_UNARY_FUNCS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "sqrt": np.sqrt, "exp": np.exp, "log": np.log, "erf": _erf, "neg": np.negative, "abs": np.abs,
+    "reciprocal": np.reciprocal, **{name: ACTIVATION_FUNCS[name]
+                                    for name in ("tanh", "sigmoid", "relu", "gelu", "gelu_tanh")}}
+_BINARY_FUNCS: dict[str, Callable[[Any, Any], np.ndarray]] = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "pow": np.power,
+    "max": np.maximum, "min": np.minimum}
+_ADDS = ("Add", "Sum")  # a two-input Sum (older exports' residual add) is an Add
+_MAX_ACTIVATION_NODES = 12
+_CAUSAL_MASKED_AT_MOST = -1e4
+_PROBE = np.linspace(-8.0, 8.0, 161)
+
+Expr = tuple[tuple[Any, ...], ...]
+
+
+def evaluate_expr(expr: Expr, inputs: Sequence[np.ndarray]) -> np.ndarray:
+    """The numpy meaning of an elementwise expression (float64 unless a step casts)."""
+    values: dict[str, Any] = {f"in{i}": np.asarray(x) for i, x in enumerate(inputs)}
+
+    def operand(ref: Any) -> Any:
+        return values[ref] if isinstance(ref, str) else ref
+
+    result: Any = None
+    for index, (op, *args) in enumerate(expr):
+        if op in _UNARY_FUNCS:
+            result = _UNARY_FUNCS[op](np.asarray(operand(args[0]), dtype=np.float64))
+        elif op in _BINARY_FUNCS:
+            result = _BINARY_FUNCS[op](operand(args[0]), operand(args[1]))
+        elif op == "cast":
+            result = np.asarray(operand(args[0])).astype(args[1])
+        elif op == "where":
+            result = np.where(operand(args[0]), operand(args[1]), operand(args[2]))
+        else:
+            raise ValueError(f"unknown expression step {op!r}")
+        values[f"t{index}"] = result
+    return np.asarray(result)
+
+
+def canonical_float(value: float | np.ndarray, dtype: str = "float32") -> float:
+    """The shortest decimal that round-trips at `dtype`: 1/8 from a Div and a Mul give one key."""
+    return float(str(np.asarray(value, dtype=dtype).reshape(())[()]))
+
+
+@dataclass
+class _Match:
+    """A recognised fusion group before it becomes a Task."""
+
+    kind: str
+    covers: list[Node]  # the graph nodes the task replaces
+    inputs: list[str]  # canonical kernel input order
+    output: str
+    attrs: dict[str, Any]
+    flops: int
+    nodes: list[Node] | None = None  # what the reference runs, when not `covers` (folded BN)
+    folded: dict[str, np.ndarray] = field(default_factory=dict)  # new constants under input names
+
+
+class _Context:
+    """Read-only views of the graph plus the set of nodes already claimed by a task."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.producer = graph.producer()
+        self.position = {id(node): index for index, node in enumerate(graph.nodes)}
+        self.users: dict[str, list[Node]] = {}
+        for name, nodes in graph.consumers().items():
+            unique = {id(node): node for node in nodes}
+            self.users[name] = list(unique.values())
+        self.graph_outputs = set(graph.outputs)
+        self.claimed: set[int] = set()
+
+    def spec(self, name: str) -> TensorSpec:
+        return self.graph.values[name]
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.graph.values[name].shape
+
+    def scalar(self, name: str) -> float | None:
+        """The value of a one-element constant, canonicalised at its dtype; None otherwise."""
+        value = self.graph.constants.get(name)
+        if value is None or value.size != 1 or value.dtype.kind not in "fiu":
+            return None
+        return canonical_float(value, value.dtype.name)
+
+    def sole_user(self, value: str, *op_types: str) -> Node | None:
+        """The one unclaimed consumer of an intermediate value (of one of `op_types`)."""
+        users = self.users.get(value, [])
+        if value in self.graph_outputs or len(users) != 1 or id(users[0]) in self.claimed:
+            return None
+        node = users[0]
+        return node if not op_types or node.op_type in op_types else None
+
+    def free_producer(self, value: str, *op_types: str) -> Node | None:
+        node = self.producer.get(value)
+        if node is None or id(node) in self.claimed or node.op_type not in op_types:
+            return None
+        return node
+
+    def other_input(self, node: Node, value: str) -> str | None:
+        """The second operand of a binary node one of whose operands is `value`."""
+        if len(node.inputs) != 2 or value not in node.inputs:
+            return None
+        first, second = node.inputs
+        return second if first == value else first
+
+    def closed(self, nodes: Sequence[Node], output: str, inner: set[str] = frozenset()) -> bool:
+        """Every value made inside (and every `inner` value) is read only inside, except `output`."""
+        ids = {id(node) for node in nodes}
+        made = {name for node in nodes for name in node.outputs if name} | set(inner)
+        for name in made - {output}:
+            if name in self.graph_outputs:
+                return False
+            if any(id(user) not in ids for user in self.users.get(name, [])):
+                return False
+        return True
+
+    def is_float(self, name: str) -> bool:
+        return self.spec(name).dtype in FLOAT_DTYPES
+
+
+# ----------------------------------------------------------------------------- expressions
+
+
+def _node_steps(ctx: _Context, node: Node, refs: dict[str, Any], steps: list[tuple[Any, ...]]) -> None:
+    """Append the steps of one elementwise node; `refs` maps value names to operands."""
+    def ref(index: int) -> Any:
+        name = node.inputs[index] if index < len(node.inputs) else ""
+        return refs[name] if name in refs else (ctx.scalar(name) if name else None)
+
+    def emit(*step: Any) -> str:
+        steps.append(step)
+        return f"t{len(steps) - 1}"
+
+    op = node.op_type
+    if op in _UNARY_STEPS:
+        out = emit(_UNARY_STEPS[op], ref(0))
+    elif op in _BINARY_STEPS:
+        out = emit(_BINARY_STEPS[op], ref(0), ref(1))
+    elif op == "Gelu":
+        out = emit("gelu_tanh" if node.attrs.get("approximate", "none") == "tanh" else "gelu", ref(0))
+    elif op == "Cast":
+        out = emit("cast", ref(0), ctx.spec(node.outputs[0]).dtype)
+    elif op == "Where":
+        out = emit("where", ref(0), ref(1), ref(2))
+    else:  # Clip
+        low, high = _clip_bounds(ctx, node)
+        out = ref(0)
+        if low is not None:
+            out = emit("max", out, low)
+        if high is not None:
+            out = emit("min", out, high)
+    refs[node.outputs[0]] = out
+
+
+def _clip_bounds(ctx: _Context, node: Node) -> tuple[float | None, float | None]:
+    if "min" in node.attrs or "max" in node.attrs:  # opset < 11
+        low, high = node.attrs.get("min"), node.attrs.get("max")
+        return (None if low is None else canonical_float(low), None if high is None else canonical_float(high))
+    names = list(node.inputs[1:3]) + [""] * (3 - len(node.inputs))
+    return tuple(ctx.scalar(name) if name else None for name in names[:2])  # type: ignore[return-value]
+
+
+def _is_elementwise(ctx: _Context, node: Node) -> bool:
+    """An op the expression language covers, on floats, with scalar constants where it needs them."""
+    op = node.op_type
+    if node.domain not in ("", "ai.onnx") or len(node.outputs) != 1 or not ctx.is_float(node.outputs[0]):
+        return False
+    data = [name for name in node.inputs if name]
+    if op == "Where":
+        return len(data) == 3 and ctx.is_float(data[1]) and ctx.is_float(data[2])
+    if not all(ctx.is_float(name) or ctx.scalar(name) is not None for name in data):
+        return False
+    if op in _UNARY_STEPS or op in ("Gelu", "Cast"):
+        return len(data) == 1
+    if op == "Pow":
+        return len(node.inputs) == 2 and ctx.scalar(node.inputs[1]) is not None
+    if op in _BINARY_STEPS:
+        return len(node.inputs) == 2
+    if op == "Clip":
+        return all(ctx.scalar(name) is not None for name in node.inputs[1:] if name)
+    return False
+
+
+def _build_expr(ctx: _Context, nodes: Sequence[Node], inputs: Sequence[str]) -> Expr:
+    refs: dict[str, Any] = {name: f"in{index}" for index, name in enumerate(inputs)}
+    steps: list[tuple[Any, ...]] = []
+    for node in nodes:
+        _node_steps(ctx, node, refs, steps)
+    return tuple(steps)
+
+
+def _identify_activation(ctx: _Context, region: Sequence[Node], value: str) -> str | None:
+    expr = _build_expr(ctx, region, [value])
+    if not expr:
+        return None
+    with np.errstate(all="ignore"):
+        got = evaluate_expr(expr, [_PROBE])
+        for name, func in ACTIVATION_FUNCS.items():
+            if got.shape == _PROBE.shape and np.allclose(got, func(_PROBE), rtol=1e-5, atol=1e-6):
+                return name
+    return None
+
+
+def _match_activation(ctx: _Context, value: str, allowed: Sequence[str]) -> tuple[str, list[Node], str]:
+    """The largest closed elementwise region on `value` computing an allowed activation."""
+    best: tuple[str, list[Node], str] = ("none", [], value)
+    region: list[Node] = []
+    available = {value}
+    while len(region) < _MAX_ACTIVATION_NODES:
+        in_region = {id(node) for node in region}
+        candidates = [
+            user for name in available for user in ctx.users.get(name, [])
+            if id(user) not in in_region and id(user) not in ctx.claimed and _is_elementwise(ctx, user)
+            and all(name in available or ctx.scalar(name) is not None for name in user.inputs if name)]
+        if not candidates:
+            break
+        step = min(candidates, key=lambda node: ctx.position[id(node)])
+        region.append(step)
+        available.add(step.outputs[0])
+        out = step.outputs[0]
+        if ctx.closed(region, out, {value}):
+            name = _identify_activation(ctx, region, value)
+            if name in allowed:
+                best = (name, list(region), out)
+    return best
+
+
+# ----------------------------------------------------------------------------- patterns
+
+
+def _epilogue(ctx: _Context, value: str, bias_of: int | None, allowed: Sequence[str],
+              residual_first: bool) -> tuple[list[Node], str | None, str, str, str | None]:
+    """What follows a contraction: (nodes, bias, activation, out, residual).
+
+    A bias Add of shape (bias_of,) is fused only when `bias_of` is given (a gemm without one).
+    """
+    nodes: list[Node] = []
+    cur = value
+    bias = None
+    if bias_of is not None:
+        add = ctx.sole_user(cur, *_ADDS)
+        other = add and ctx.other_input(add, cur)
+        if add and other and ctx.shape(other) == (bias_of,) and ctx.shape(add.outputs[0]) == ctx.shape(cur):
+            nodes.append(add)
+            bias, cur = other, add.outputs[0]
+
+    def take_residual() -> str | None:
+        nonlocal cur
+        add = ctx.sole_user(cur, *_ADDS)
+        other = add and ctx.other_input(add, cur)
+        if add and other and other != cur and ctx.spec(other) == ctx.spec(cur) \
+                and ctx.shape(add.outputs[0]) == ctx.shape(cur):
+            nodes.append(add)
+            cur = add.outputs[0]
+            return other
+        return None
+
+    residual = take_residual() if residual_first else None
+    activation, region, cur = _match_activation(ctx, cur, allowed)
+    nodes.extend(region)
+    if not residual_first:
+        residual = take_residual()
+    return nodes, bias, activation, cur, residual
+
+
+def _epilogue_flops(numel: int, bias: bool, activation: str, residual: bool) -> int:
+    return numel * (int(bias) + ACTIVATION_FLOPS[activation] + int(residual))
+
+
+def _match_gemm(ctx: _Context, node: Node) -> _Match | None:
+    a, b = node.inputs[0], node.inputs[1]
+    a_shape, b_shape = ctx.shape(a), ctx.shape(b)
+    if len(b_shape) != 2 or len(a_shape) < 2:
+        return None
+    bias = None
+    trans_b = False
+    if node.op_type == "Gemm":
+        attrs = node.attrs
+        if attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0 or attrs.get("transA", 0) \
+                or len(a_shape) != 2:
+            return None
+        trans_b = bool(attrs.get("transB", 0))
+        if len(node.inputs) > 2 and node.inputs[2]:
+            bias = node.inputs[2]
+    k, n = (b_shape[1], b_shape[0]) if trans_b else b_shape
+    if bias is not None and ctx.shape(bias) != (n,):
+        return None
+    m = math.prod(a_shape[:-1])
+    epilogue, bias_add, activation, out, residual = _epilogue(
+        ctx, node.outputs[0], n if bias is None else None, GEMM_ACTIVATIONS, residual_first=False)
+    bias = bias or bias_add
+    flops = 2 * m * n * k + _epilogue_flops(m * n, bias is not None, activation, residual is not None)
+    attrs = {"activation": activation, "trans_b": trans_b, "bias": bias is not None,
+             "residual": residual is not None}
+    inputs = [a, b] + [name for name in (bias, residual) if name is not None]
+    return _Match("gemm", [node] + epilogue, inputs, out, attrs, flops)
+
+
+def _peel_operand(ctx: _Context, value: str, consumer: Node, allow_transpose: bool
+                  ) -> tuple[str, float, bool, list[Node]]:
+    """Walk up through scalar Mul/Div and (once) a last-two-axes Transpose feeding `consumer`."""
+    scale, transposed, nodes = 1.0, False, []
+    while True:
+        node = ctx.producer.get(value)
+        if node is None or id(node) in ctx.claimed or ctx.sole_user(value) is not (nodes[-1] if nodes else consumer):
+            break
+        if node.op_type in ("Mul", "Div") and len(node.inputs) == 2 and ctx.scalar(node.inputs[1]) is not None:
+            factor = ctx.scalar(node.inputs[1]) or 0.0
+            if factor == 0.0:
+                break
+            scale = scale * factor if node.op_type == "Mul" else scale / factor
+            value = node.inputs[0]
+        elif node.op_type == "Mul" and ctx.scalar(node.inputs[0]) is not None:
+            scale *= ctx.scalar(node.inputs[0]) or 0.0
+            value = node.inputs[1]
+        elif allow_transpose and not transposed and node.op_type == "Transpose" \
+                and _swaps_last_two(node.attrs.get("perm"), len(ctx.shape(value))):
+            transposed = True
+            value = node.inputs[0]
+        else:
+            break
+        nodes.append(node)
+    return value, scale, transposed, nodes
+
+
+def _swaps_last_two(perm: Sequence[int] | None, rank: int) -> bool:
+    return perm is not None and rank >= 2 and list(perm) == list(range(rank - 2)) + [rank - 1, rank - 2]
+
+
+def _is_causal(mask: np.ndarray, s: int, sk: int) -> bool:
+    if s < 2 or mask.ndim < 2 or mask.shape[-2:] != (s, sk) or math.prod(mask.shape[:-2]) != 1:
+        return False
+    plane = mask.reshape(s, sk).astype(np.float64)
+    allowed = np.arange(sk)[None, :] <= np.arange(s)[:, None] + (sk - s)
+    return bool(np.all(plane[allowed] == 0.0) and np.all(plane[~allowed] <= _CAUSAL_MASKED_AT_MOST))
+
+
+def _match_attention(ctx: _Context, scores_mm: Node) -> _Match | None:
+    q_in, kt_in = scores_mm.inputs
+    if len(ctx.shape(q_in)) != 4 or len(ctx.shape(kt_in)) != 4:
+        return None
+    q, q_scale, _, q_nodes = _peel_operand(ctx, q_in, scores_mm, allow_transpose=False)
+    k, k_scale, k_swapped, k_nodes = _peel_operand(ctx, kt_in, scores_mm, allow_transpose=True)
+    scale = q_scale * k_scale
+    nodes = [scores_mm]
+    cur = scores_mm.outputs[0]
+    b, h, s, d = ctx.shape(q_in)
+    sk = ctx.shape(kt_in)[3]
+    scores_shape = (b, h, s, sk)
+    if ctx.shape(cur) != scores_shape:
+        return None
+    while (node := ctx.sole_user(cur, "Mul", "Div")) is not None:
+        factor = ctx.scalar(ctx.other_input(node, cur) or "")
+        if factor is None or factor == 0.0 or (node.op_type == "Div" and node.inputs[0] != cur):
+            break
+        scale = scale * factor if node.op_type == "Mul" else scale / factor
+        nodes.append(node)
+        cur = node.outputs[0]
+    mask = None
+    causal = False
+    while (node := ctx.sole_user(cur, *_ADDS)) is not None:
+        other = ctx.other_input(node, cur)
+        if other is None or other == cur or ctx.shape(node.outputs[0]) != scores_shape:
+            break
+        constant = ctx.graph.constants.get(other)
+        if not causal and constant is not None and _is_causal(constant, s, sk):
+            causal = True
+        elif mask is None and ctx.scalar(other) is None:
+            mask = other
+        else:
+            break
+        nodes.append(node)
+        cur = node.outputs[0]
+    softmax = ctx.sole_user(cur, "Softmax")
+    if softmax is None or not _is_last_axis_softmax(ctx, softmax):
+        return None
+    out_mm = ctx.sole_user(softmax.outputs[0], "MatMul")
+    if out_mm is None or out_mm.inputs[0] != softmax.outputs[0]:
+        return None
+    v = out_mm.inputs[1]
+    k_shape = (b, h, sk, d) if k_swapped else (b, h, d, sk)
+    if ctx.shape(k) != k_shape or ctx.shape(v) != (b, h, sk, d):
+        return None
+    nodes += [softmax, out_mm]
+    covers = sorted(q_nodes + k_nodes + nodes, key=lambda node: ctx.position[id(node)])
+    attrs = {"scale": canonical_float(scale), "k_transposed": not k_swapped, "mask": mask is not None,
+             "causal": causal}
+    inputs = [q, k, v] + ([mask] if mask is not None else [])
+    return _Match("attention", covers, inputs, out_mm.outputs[0], attrs, 4 * b * h * s * sk * d)
+
+
+def _is_last_axis_softmax(ctx: _Context, node: Node) -> bool:
+    rank = len(ctx.shape(node.inputs[0]))
+    axis = node.attrs.get("axis", -1 if ctx.graph.opset >= 13 else 1)
+    return axis % rank == rank - 1 and ctx.is_float(node.inputs[0])
+
+
+def _match_bmm(ctx: _Context, node: Node) -> _Match | None:
+    a, b = node.inputs
+    a_shape, b_shape = ctx.shape(a), ctx.shape(b)
+    if len(a_shape) < 3 or len(b_shape) < 3:
+        return None
+    nodes, out, scale = [node], node.outputs[0], 1.0
+    scaler = ctx.sole_user(out, "Mul", "Div")
+    factor = ctx.scalar(ctx.other_input(scaler, out) or "") if scaler else None
+    if scaler and factor and not (scaler.op_type == "Div" and scaler.inputs[0] != out):
+        scale = factor if scaler.op_type == "Mul" else 1.0 / factor
+        nodes.append(scaler)
+        out = scaler.outputs[0]
+    out_shape = ctx.shape(out)
+    flops = 2 * math.prod(out_shape) * a_shape[-1] + (math.prod(out_shape) if len(nodes) > 1 else 0)
+    return _Match("bmm", nodes, [a, b], out, {"scale": canonical_float(scale)}, flops)
+
+
+def _reduce_axes(ctx: _Context, node: Node) -> tuple[int, ...] | None:
+    """Normalised reduction axes (attribute or constant input); None when not static or a no-op."""
+    rank = len(ctx.shape(node.inputs[0]))
+    if "axes" in node.attrs:
+        axes = list(node.attrs["axes"])
+    elif len(node.inputs) > 1 and node.inputs[1]:
+        if node.inputs[1] not in ctx.graph.constants:
+            return None
+        axes = [int(a) for a in ctx.graph.constants[node.inputs[1]].reshape(-1)]
+    else:
+        axes = []
+    if not axes:
+        if node.attrs.get("noop_with_empty_axes", 0):
+            return None
+        axes = list(range(rank))
+    return tuple(sorted({int(a) % rank for a in axes}))
+
+
+def _is_last_axis_mean(ctx: _Context, node: Node | None) -> bool:
+    if node is None or node.op_type != "ReduceMean":
+        return False
+    rank = len(ctx.shape(node.inputs[0]))
+    return _reduce_axes(ctx, node) == (rank - 1,) and node.attrs.get("keepdims", 1) == 1
+
+
+def _square_of(ctx: _Context, node: Node, value: str) -> bool:
+    if node.op_type == "Pow":
+        return node.inputs[0] == value and ctx.scalar(node.inputs[1]) == 2.0
+    return node.op_type == "Mul" and list(node.inputs) == [value, value]
+
+
+def _match_normalize(ctx: _Context, mean_square: str, value: str
+                     ) -> tuple[list[Node], float, str] | None:
+    """Add eps -> Sqrt -> (Div(value, std) | value * Reciprocal(std)): (nodes, eps, normalized)."""
+    add = ctx.sole_user(mean_square, *_ADDS)
+    eps = ctx.scalar(ctx.other_input(add, mean_square) or "") if add else None
+    sqrt = ctx.sole_user(add.outputs[0], "Sqrt") if add else None
+    if add is None or eps is None or sqrt is None:
+        return None
+    std = sqrt.outputs[0]
+    step = ctx.sole_user(std, "Div", "Reciprocal")
+    if step is None:
+        return None
+    if step.op_type == "Div" and list(step.inputs) == [value, std]:
+        return [add, sqrt, step], eps, step.outputs[0]
+    if step.op_type == "Div" and (ctx.scalar(step.inputs[0]) != 1.0 or step.inputs[1] != std):
+        return None
+    mul = ctx.sole_user(step.outputs[0], "Mul")
+    if mul is None or ctx.other_input(mul, step.outputs[0]) != value:
+        return None
+    return [add, sqrt, step, mul], eps, mul.outputs[0]
+
+
+def _affine(ctx: _Context, value: str, op_types: Sequence[str], n: int) -> tuple[Node, str] | None:
+    node = ctx.sole_user(value, *op_types)
+    other = ctx.other_input(node, value) if node else None
+    if node is None or other is None or ctx.shape(other) != (n,):
+        return None
+    return node, other
+
+
+def _norm_match(ctx: _Context, kind: str, x: str, nodes: list[Node], eps: float, out: str,
+                params: list[str]) -> _Match:
+    numel = ctx.spec(x).numel
+    per_element = {"layernorm": 8, "rmsnorm": 6}[kind]
+    return _Match(kind, nodes, [x] + params, out, {"eps": canonical_float(eps)}, per_element * numel)
+
+
+def _match_layernorm_primitive(ctx: _Context, mean: Node) -> _Match | None:
+    x = mean.inputs[0]
+    if not _is_last_axis_mean(ctx, mean) or not ctx.is_float(x):
+        return None
+    sub = ctx.sole_user(mean.outputs[0], "Sub")
+    if sub is None or list(sub.inputs) != [x, mean.outputs[0]]:
+        return None
+    centered = sub.outputs[0]
+    users = ctx.users.get(centered, [])
+    squares = [node for node in users if _square_of(ctx, node, centered)]
+    if len(users) != 2 or len(squares) != 1 or centered in ctx.graph_outputs:
+        return None
+    var = ctx.sole_user(squares[0].outputs[0])
+    if not _is_last_axis_mean(ctx, var):
+        return None
+    normalized = _match_normalize(ctx, var.outputs[0], centered)  # type: ignore[union-attr]
+    if normalized is None:
+        return None
+    norm_nodes, eps, cur = normalized
+    n = ctx.shape(x)[-1]
+    scaled = _affine(ctx, cur, ("Mul",), n)
+    shifted = _affine(ctx, scaled[0].outputs[0], _ADDS, n) if scaled else None
+    if scaled is None or shifted is None:
+        return None
+    nodes = [mean, sub, squares[0], var, *norm_nodes, scaled[0], shifted[0]]  # type: ignore[list-item]
+    return _norm_match(ctx, "layernorm", x, nodes, eps, shifted[0].outputs[0], [scaled[1], shifted[1]])
+
+
+def _match_rmsnorm(ctx: _Context, square: Node) -> _Match | None:
+    x = square.inputs[0]
+    if not _square_of(ctx, square, x) or not ctx.is_float(x):
+        return None
+    mean = ctx.sole_user(square.outputs[0])
+    if not _is_last_axis_mean(ctx, mean):
+        return None
+    normalized = _match_normalize(ctx, mean.outputs[0], x)  # type: ignore[union-attr]
+    if normalized is None:
+        return None
+    norm_nodes, eps, cur = normalized
+    scaled = _affine(ctx, cur, ("Mul",), ctx.shape(x)[-1])
+    if scaled is None:
+        return None
+    nodes = [square, mean, *norm_nodes, scaled[0]]  # type: ignore[list-item]
+    return _norm_match(ctx, "rmsnorm", x, nodes, eps, scaled[0].outputs[0], [scaled[1]])
+
+
+def _match_layernorm_op(ctx: _Context, node: Node) -> _Match | None:
+    x = node.inputs[0]
+    rank = len(ctx.shape(x))
+    n = ctx.shape(x)[-1]
+    if node.attrs.get("axis", -1) % rank != rank - 1 or len(node.inputs) < 3 or not node.inputs[2] \
+            or ctx.shape(node.inputs[1]) != (n,) or ctx.shape(node.inputs[2]) != (n,):
+        return None
+    eps = node.attrs.get("epsilon", 1e-5)
+    return _norm_match(ctx, "layernorm", x, [node], eps, node.outputs[0], list(node.inputs[1:3]))
+
+
+def _match_softmax(ctx: _Context, node: Node) -> _Match | None:
+    if not _is_last_axis_softmax(ctx, node):
+        return None
+    x = node.inputs[0]
+    return _Match("softmax", [node], [x], node.outputs[0], {}, 5 * ctx.spec(x).numel)
+
+
+def _match_reduce(ctx: _Context, node: Node) -> _Match | None:
+    axes = _reduce_axes(ctx, node)
+    x = node.inputs[0]
+    if axes is None or not ctx.is_float(x):
+        return None
+    attrs = {"op": node.op_type[len("Reduce"):].lower(), "axes": axes,
+             "keepdims": bool(node.attrs.get("keepdims", 1))}
+    return _Match("reduce", [node], [x], node.outputs[0], attrs, ctx.spec(x).numel)
+
+
+def _spatial_attrs(node: Node, spatial: Sequence[int], kernel: Sequence[int]) -> dict[str, Any]:
+    strides = [int(s) for s in node.attrs.get("strides", [1, 1])]
+    dilations = [int(d) for d in node.attrs.get("dilations", [1, 1])]
+    pads = _explicit_pads(node, spatial, kernel, strides, dilations)
+    return {"strides": tuple(strides), "pads": (pads[0], pads[1], pads[2], pads[3]),
+            "dilations": tuple(dilations)}
+
+
+def _fold_batchnorm(ctx: _Context, conv: Node) -> tuple[list[Node], Node, dict[str, np.ndarray]] | None:
+    """Conv -> BatchNormalization with constant parameters as one Conv with new weights and bias.
+
+    Returns the nodes the task runs instead (the new Conv, then the BN as an Identity), the BN
+    node, and the folded weight and bias by name.
+    """
+    bn = ctx.sole_user(conv.outputs[0], "BatchNormalization")
+    consts = ctx.graph.constants
+    w_name = conv.inputs[1]
+    conv_bias = conv.inputs[2] if len(conv.inputs) > 2 and conv.inputs[2] else None
+    if bn is None or bn.attrs.get("training_mode", 0) or any(name for name in bn.outputs[1:]) \
+            or not all(name in consts for name in bn.inputs[1:5]) or w_name not in consts \
+            or (conv_bias is not None and conv_bias not in consts):
+        return None
+    gamma, beta, mean, var = (consts[name].astype(np.float64) for name in bn.inputs[1:5])
+    weight = consts[w_name]
+    factor = gamma / np.sqrt(var + bn.attrs.get("epsilon", 1e-5))
+    bias = consts[conv_bias].astype(np.float64) if conv_bias else np.zeros_like(mean)
+    prefix = f"{conv.name or conv.outputs[0]}::bn_folded"
+    folded = {
+        f"{prefix}_weight": (weight.astype(np.float64) * factor[:, None, None, None]).astype(weight.dtype),
+        f"{prefix}_bias": ((bias - mean) * factor + beta).astype(weight.dtype),
+    }
+    fused = Node(conv.name, "Conv", [conv.inputs[0], *folded], [conv.outputs[0]], dict(conv.attrs), conv.domain)
+    # the BN node stays, as an identity: a runtime that replaces a task's nodes by name skips it too
+    spent_bn = Node(bn.name, "Identity", [conv.outputs[0]], [bn.outputs[0]], domain=bn.domain)
+    return [fused, spent_bn], bn, folded
+
+
+def _match_conv(ctx: _Context, conv: Node) -> _Match | None:
+    x, w = conv.inputs[0], conv.inputs[1]
+    x_shape, w_shape = ctx.shape(x), ctx.shape(w)
+    if len(x_shape) != 4 or len(w_shape) != 4:
+        return None
+    fold = _fold_batchnorm(ctx, conv)
+    covers = [conv]
+    if fold is None:
+        run, bias_name = [conv], conv.inputs[2] if len(conv.inputs) > 2 and conv.inputs[2] else None
+        folded: dict[str, np.ndarray] = {}
+        out = conv.outputs[0]
+    else:
+        run, bn, folded = fold
+        bias_name, out = run[0].inputs[2], bn.outputs[0]
+        covers.append(bn)
+        w = run[0].inputs[1]
+    oc = w_shape[0]
+    epilogue, _, activation, out, residual = _epilogue(ctx, out, None, CONV_ACTIVATIONS,
+                                                       residual_first=True)
+    n, c, _, _ = x_shape
+    oh, ow = ctx.shape(out)[2:]
+    group = int(conv.attrs.get("group", 1))
+    macs = n * oc * oh * ow * (c // group) * w_shape[2] * w_shape[3]
+    attrs = {**_spatial_attrs(conv, x_shape[2:], w_shape[2:]), "group": group, "activation": activation,
+             "bias": bias_name is not None, "residual": residual is not None}
+    flops = 2 * macs + _epilogue_flops(n * oc * oh * ow, bias_name is not None, activation,
+                                       residual is not None)
+    inputs = [x, w] + [name for name in (bias_name, residual) if name is not None]
+    return _Match("conv2d", covers + epilogue, inputs, out, attrs, flops, run + epilogue, folded)
+
+
+def _match_pool(ctx: _Context, node: Node) -> _Match | None:
+    x = node.inputs[0]
+    shape = ctx.shape(x)
+    if len(shape) != 4 or not ctx.is_float(x) or any(name for name in node.outputs[1:]):
+        return None
+    out_shape = ctx.shape(node.outputs[0])
+    if node.op_type == "GlobalAveragePool":
+        attrs: dict[str, Any] = {"op": "global_avg", "kernel": tuple(shape[2:]), "strides": (1, 1),
+                                 "pads": (0, 0, 0, 0)}
+    else:
+        if node.attrs.get("ceil_mode", 0) or any(d != 1 for d in node.attrs.get("dilations", [1, 1])):
+            return None
+        kernel = tuple(int(k) for k in node.attrs["kernel_shape"])
+        spatial = _spatial_attrs(node, shape[2:], kernel)
+        attrs = {"op": "max" if node.op_type == "MaxPool" else "avg", "kernel": kernel,
+                 "strides": spatial["strides"], "pads": spatial["pads"]}
+        if node.op_type == "AveragePool":
+            attrs["count_include_pad"] = bool(node.attrs.get("count_include_pad", 0))
+    flops = math.prod(out_shape) * math.prod(attrs["kernel"])
+    return _Match("pool", [node], [x], node.outputs[0], attrs, flops)
+
+
+def _match_matmul(ctx: _Context, node: Node) -> _Match | None:
+    return _match_attention(ctx, node) or _match_gemm(ctx, node) or _match_bmm(ctx, node)
+
+
+_ANCHORS: dict[str, Callable[[_Context, Node], _Match | None]] = {
+    "MatMul": _match_matmul,
+    "Gemm": _match_gemm,
+    "Conv": _match_conv,
+    "MaxPool": _match_pool,
+    "AveragePool": _match_pool,
+    "GlobalAveragePool": _match_pool,
+    "LayerNormalization": _match_layernorm_op,
+    "ReduceMean": lambda ctx, node: _match_layernorm_primitive(ctx, node) or _match_reduce(ctx, node),
+    "ReduceSum": _match_reduce,
+    "ReduceMax": _match_reduce,
+    "ReduceMin": _match_reduce,
+    "Pow": _match_rmsnorm,
+    "Mul": _match_rmsnorm,
+    "Softmax": _match_softmax,
+}
+
+
+def _elementwise_matches(ctx: _Context) -> list[_Match]:
+    """Unclaimed elementwise nodes grouped into trees joined through single-consumer values."""
+    nodes = [node for node in ctx.graph.nodes if id(node) not in ctx.claimed and _is_elementwise(ctx, node)]
+    ids = {id(node) for node in nodes}
+    root: dict[int, int] = {id(node): id(node) for node in nodes}
+
+    def find(key: int) -> int:
+        while root[key] != key:
+            root[key] = root[root[key]]
+            key = root[key]
+        return key
+
+    for node in nodes:
+        for name in set(node.inputs):
+            producer = ctx.producer.get(name)
+            if producer is not None and id(producer) in ids and ctx.sole_user(name) is node:
+                root[find(id(producer))] = find(id(node))
+    groups: dict[int, list[Node]] = {}
+    for node in nodes:  # graph order is topological within each group
+        groups.setdefault(find(id(node)), []).append(node)
+    matches = []
+    for group in groups.values():
+        made = {node.outputs[0] for node in group}
+        inputs = list(dict.fromkeys(
+            name for node in group for name in node.inputs
+            if name and name not in made and ctx.scalar(name) is None))
+        out = group[-1].outputs[0]
+        expr = _build_expr(ctx, group, inputs)
+        flops = len(expr) * ctx.spec(out).numel
+        matches.append(_Match("elementwise", group, inputs, out, {"expr": expr}, flops))
+    return matches
+
+
+def _to_task(ctx: _Context, match: _Match) -> Task | None:
+    """The Task of a match, or None when the group is not self-contained."""
+    if not ctx.closed(match.covers, match.output):
+        return None
+    nodes = match.nodes if match.nodes is not None else match.covers
+    made = {name for node in nodes for name in node.outputs if name}
+    constants: dict[str, np.ndarray] = dict(match.folded)
+    for node in nodes:
+        for name in node.inputs:
+            if not name or name in made or name in match.inputs or name in constants:
+                continue
+            if name not in ctx.graph.constants:
+                return None  # a runtime value the kernel signature has no slot for
+            constants[name] = ctx.graph.constants[name]
+
+    def spec(name: str) -> TensorSpec:
+        if name in match.folded:
+            return TensorSpec(tuple(match.folded[name].shape), match.folded[name].dtype.name)
+        return ctx.spec(name)
+
+    inputs = tuple(spec(name) for name in match.inputs)
+    outputs = (ctx.spec(match.output),)
+    min_bytes = sum(s.nbytes for s in inputs) + sum(s.nbytes for s in outputs)
+    return Task(match.kind, inputs, outputs, freeze_attrs(match.attrs), int(match.flops), min_bytes,
+                nodes=tuple(nodes), input_names=tuple(match.inputs), output_names=(match.output,),
+                constants=constants, opset=ctx.graph.opset)
+
+
+def partition(graph: Graph) -> list[Task]:
+    """The graph's kernel tasks in topological order (see the module docstring for the patterns).
+
+    Tasks are ordered by the graph position of their last node: running glue nodes in graph order
+    and each task at its last node's position respects every dependency.
+    """
+    ctx = _Context(graph)
+    placed: list[tuple[int, Task]] = []
+
+    def claim(match: _Match | None) -> bool:
+        task = _to_task(ctx, match) if match is not None else None
+        if task is None:
+            return False
+        ctx.claimed.update(id(node) for node in match.covers)  # type: ignore[union-attr]
+        placed.append((max(ctx.position[id(node)] for node in match.covers), task))  # type: ignore[union-attr]
+        return True
+
+    for node in graph.nodes:
+        anchor = _ANCHORS.get(node.op_type)
+        if anchor is not None and id(node) not in ctx.claimed and node.domain in ("", "ai.onnx"):
+            claim(anchor(ctx, node))
+    for match in _elementwise_matches(ctx):
+        claim(match)
+    placed.sort(key=lambda item: item[0])
+    return [task for _, task in placed]
+
+
+def summarize(tasks: Sequence[Task]) -> list[tuple[Task, int]]:
+    """Unique workloads with how often each occurs, in order of first appearance."""
+    counts = Counter(task.key for task in tasks)
+    first: dict[str, Task] = {}
+    for task in tasks:
+        first.setdefault(task.key, task)
+    return [(task, counts[key]) for key, task in first.items()]

@@ -1,0 +1,96 @@
+"""Profile: time every task with the baseline on the target, against its roofline floor.
+
+The ranking by headroom ((time - floor) x occurrences) is where the tuning budget goes. This is the
+dense feedback everything after it consumes; `portkern profile` prints it and writes a trace.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from .backends.base import Backend, Candidate, Program
+from .hwprofile import Target
+from .measure import MeasureOptions, time_program
+from .search.records import Measurement
+from .tasks import Task
+
+
+@dataclass
+class TaskProfile:
+    task: Task
+    count: int  # occurrences in the model (identical layers share one workload)
+    floor_seconds: float
+    baseline: Measurement | None
+    baseline_source: str
+
+    @property
+    def seconds(self) -> float | None:
+        return self.baseline.median if self.baseline else None
+
+    @property
+    def total_seconds(self) -> float:
+        return (self.seconds or 0.0) * self.count
+
+    @property
+    def headroom_seconds(self) -> float:
+        return max(0.0, (self.seconds or 0.0) - self.floor_seconds) * self.count
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"task": self.task.label, "key": self.task.key, "count": self.count,
+                "flops": self.task.flops, "min_bytes": self.task.min_bytes,
+                "floor_seconds": self.floor_seconds, "baseline_seconds": self.seconds,
+                "baseline_source": self.baseline_source, "headroom_seconds": self.headroom_seconds,
+                "baseline": self.baseline.to_dict() if self.baseline else None}
+
+
+def floor_seconds(task: Task, target: Target) -> float:
+    return target.profile.floor_seconds(task.flops, task.min_bytes, task.dtype)
+
+
+def baseline_program(backend: Backend, task: Task) -> tuple[Program | None, str]:
+    """The vendor/framework op if the backend has one, else its first valid default kernel."""
+    program = backend.baseline(task)
+    if program is not None:
+        return program, f"{backend.name} baseline"
+    for variant in backend.variants(task):
+        candidate = Candidate.of(variant, variant.default)
+        if backend.check(candidate, task) is None:
+            try:
+                return backend.load(backend.compile(candidate, task), task), f"default {variant.name}"
+            except Exception:
+                continue
+    return None, "none"
+
+
+def profile_tasks(tasks: Sequence[tuple[Task, int]], backend: Backend,
+                  options: MeasureOptions = MeasureOptions()) -> list[TaskProfile]:
+    profiles = []
+    for task, count in tasks:
+        program, source = baseline_program(backend, task)
+        measurement = None
+        if program is not None:
+            try:
+                measurement = time_program(backend, program, task, options)
+            except Exception as exc:  # a baseline that cannot run this task is reported, not fatal
+                source = f"{source} failed: {type(exc).__name__}: {exc}"[:200]
+        profiles.append(TaskProfile(task, count, floor_seconds(task, backend.target), measurement, source))
+    return sorted(profiles, key=lambda p: p.headroom_seconds, reverse=True)
+
+
+def write_trace(order: Sequence[Task], profiles: Sequence[TaskProfile], path: str | Path) -> None:
+    """A Chrome/Perfetto trace of one forward pass: each task as its baseline time, in model order."""
+    by_key = {p.task.key: p for p in profiles}
+    events: list[dict[str, Any]] = []
+    clock_us = 0.0
+    for task in order:
+        profile = by_key.get(task.key)
+        if profile is None or profile.seconds is None:
+            continue
+        duration = profile.seconds * 1e6
+        events.append({"name": task.label, "cat": task.kind, "ph": "X", "ts": clock_us, "dur": duration,
+                       "pid": 0, "tid": 0, "args": {"floor_us": profile.floor_seconds * 1e6,
+                                                    "key": task.key, "baseline": profile.baseline_source}})
+        clock_us += duration
+    Path(path).write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}, indent=1))

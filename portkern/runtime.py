@@ -1,0 +1,149 @@
+"""Run a model with a kernel pack: the pack's kernels where they match, the baseline elsewhere.
+
+Anything missing or mismatched falls back to the reference executor, loudly (logged, and listed in
+`Session.fallbacks`). A pack made on other hardware or software is refused unless the caller allows
+the mismatch, in which case every kernel is re-verified by the gate before it is used.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from .backends import get_backend
+from .backends.base import Backend, Program
+from .errors import PackError
+from .executor import run_graph
+from .hwprofile import load_target
+from .ir import Graph
+from .onnx_import import load_model
+from .pack import Pack, PackEntry, fingerprint_mismatch, load_pack
+from .partition import partition
+from .tasks import Task
+from .verify import verify
+
+log = logging.getLogger("portkern.runtime")
+
+
+@dataclass
+class BoundKernel:
+    task: Task
+    entry: PackEntry
+    program: Program
+
+
+def _pack_shapes(pack: Pack, model: str | Path | bytes) -> dict[str, tuple[int, ...]] | None:
+    """The input shapes this model was tuned for, so `run --pack` needs no --shape."""
+    info = pack.models.get(_file_hash(model)) if pack.models else None
+    return {k: tuple(v) for k, v in info["shapes"].items()} if info else None
+
+
+class Session:
+    """portkern.Session(model, pack): a model ready to run with its tuned kernels."""
+
+    def __init__(self, model: str | Path | bytes | Graph, pack: str | Path | Pack | None = None, *,
+                 shapes: Mapping[str, tuple[int, ...]] | None = None, allow_mismatch: bool = False) -> None:
+        self.pack = load_pack(pack) if isinstance(pack, (str, Path)) else pack
+        if isinstance(model, Graph):
+            self.graph = model
+        else:
+            if shapes is None and self.pack is not None:
+                shapes = _pack_shapes(self.pack, model)
+            self.graph = load_model(model, shapes)
+        self.tasks = partition(self.graph)
+        self.kernels: list[BoundKernel] = []
+        self.fallbacks: list[tuple[Task, str]] = []
+        self.backend: Backend | None = None
+        if self.pack is not None:
+            self._bind(allow_mismatch)
+        self._constant_buffers: dict[str, Any] = {}
+
+    def _bind(self, allow_mismatch: bool) -> None:
+        assert self.pack is not None
+        target = load_target(self.pack.target["name"], self.pack.target.get("backend"))
+        self.backend = get_backend(target)
+        differences = fingerprint_mismatch(self.pack, self.backend.fingerprint())
+        if differences and not allow_mismatch:
+            raise PackError(f"pack {self.pack.path} was made for other hardware/software "
+                            f"({'; '.join(differences[:3])}); use --allow-mismatch to re-verify and use it")
+        for task in self.tasks:
+            entry = self.pack.entry_for(task.key)
+            if entry is None:
+                self.fallbacks.append((task, "no kernel in the pack"))
+                continue
+            if entry.backend != target.backend:
+                self.fallbacks.append((task, f"pack kernel is for backend {entry.backend}"))
+                continue
+            try:
+                program = self.backend.load(entry.artifact, task)
+            except Exception as exc:  # a kernel that cannot load is a fallback, said out loud
+                self.fallbacks.append((task, f"kernel failed to load: {exc}"))
+                continue
+            if differences:
+                verdict = verify(self.backend, program, task, entry.verdict.precision)
+                if not verdict.passed:
+                    self.fallbacks.append((task, f"re-verification failed: {verdict.reason}"))
+                    continue
+            self.kernels.append(BoundKernel(task, entry, program))
+        for task, reason in self.fallbacks:
+            log.warning("fallback to the baseline for %s: %s", task.label, reason)
+
+    def _overrides(self) -> dict[str, Callable[[dict[str, np.ndarray]], None]]:
+        assert self.backend is not None
+        backend = self.backend
+        overrides: dict[str, Callable[[dict[str, np.ndarray]], None]] = {}
+        for bound in self.kernels:
+            task, program = bound.task, bound.program
+            for node in task.nodes[:-1]:
+                overrides[node.name] = _skip
+
+            def run_kernel(env: dict[str, np.ndarray], task: Task = task, program: Program = program) -> None:
+                inputs = [self._buffer(name, env, task) for name in task.input_names]
+                outputs = [backend.empty(spec, 0) for spec in task.outputs]
+                program(inputs, outputs)
+                backend.synchronize()
+                for name, buffer in zip(task.output_names, outputs):
+                    env[name] = backend.to_host(buffer)
+            overrides[task.nodes[-1].name] = run_kernel
+        return overrides
+
+    def _buffer(self, name: str, env: dict[str, np.ndarray], task: Task) -> Any:
+        assert self.backend is not None
+        constant = task.constants.get(name)
+        if constant is None:
+            constant = self.graph.constants.get(name)
+        if constant is not None:  # weights move to the device once
+            key = f"{task.key}:{name}"
+            if key not in self._constant_buffers:
+                self._constant_buffers[key] = self.backend.to_device(constant)
+            return self._constant_buffers[key]
+        return self.backend.to_device(env[name])
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return run_graph(self.graph, dict(feeds), self._overrides() if self.kernels else None)
+
+    def latency(self, feeds: Mapping[str, np.ndarray], repeats: int = 10, warmup: int = 2) -> list[float]:
+        """Seconds per whole-model run (host clock, outputs on the host)."""
+        for _ in range(warmup):
+            self.run(feeds)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            self.run(feeds)
+            times.append(time.perf_counter() - start)
+        return times
+
+
+def _skip(env: dict[str, np.ndarray]) -> None:
+    """A node fused into a kernel that runs at the group's last node."""
+
+
+def _file_hash(model: str | Path | bytes) -> str:
+    import hashlib
+
+    data = model if isinstance(model, bytes) else Path(model).read_bytes()
+    return hashlib.sha256(data).hexdigest()

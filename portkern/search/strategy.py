@@ -1,0 +1,222 @@
+"""The search: one Optuna study per workload and variant set, ask -> build -> verify -> time -> tell.
+
+The space is categorical over variants, each with its own (conditional) parameters. Seeds are
+enqueued first: each variant's default and the best configuration of the nearest tuned shape.
+A configuration already measured (same source, same config) is never measured again: its recorded
+result is told to the study instead. A search stops at the trial budget, the deadline, when the best
+time is within `floor_margin` of the roofline floor, or after `patience` trials without a gain.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+
+import optuna
+
+from ..backends.base import Artifact, Candidate, Variant
+from ..measure import MeasureOptions
+from ..verify import GateOptions
+from ..tasks import Task
+from .records import RecordLog, TrialRecord
+from .worker import TrialJob
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+FAILED_VALUE = 1e3  # seconds told to the study for a failed trial: worse than any real kernel
+
+
+class Runner(Protocol):
+    def run(self, job: TrialJob) -> tuple[TrialRecord, Artifact | None]: ...
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    trials: int = 40  # per workload
+    deadline: float | None = None  # time.time() after which no trial starts
+    patience: int = 16  # trials without a gain larger than the noise before stopping
+    floor_margin: float = 0.1  # stop once best <= floor * (1 + margin)
+    sampler: str = "tpe"  # tpe | random; small spaces are enumerated whatever this says
+    seed: int = 0
+    max_duplicates: int = 50  # consecutive already-measured samples: the space is exhausted
+
+
+@dataclass
+class SearchResult:
+    task: Task
+    best: TrialRecord | None
+    artifact: Artifact | None
+    records: list[TrialRecord] = field(default_factory=list)
+    measured: int = 0
+    duplicates: int = 0
+    stop_reason: str = ""
+    wall_seconds: float = 0.0
+
+
+ProgressFn = Callable[[Task, TrialRecord, "TrialRecord | None", int, int], None]
+
+
+def space_size(variants: Sequence[Variant]) -> int:
+    return sum(math.prod(len(c) for c in v.space.values()) for v in variants)
+
+
+def all_configs(variant: Variant) -> Iterable[dict[str, Any]]:
+    names = list(variant.space)
+    for values in itertools.product(*(variant.space[n] for n in names)):
+        yield dict(zip(names, values))
+
+
+def _params(variant: Variant, config: Mapping[str, Any]) -> dict[str, Any]:
+    return {"variant": variant.name, **{f"{variant.name}:{k}": v for k, v in config.items()}}
+
+
+def study_name(task: Task, backend: str, variants: Sequence[Variant]) -> str:
+    """A changed variant library is a new study (its space changed); records still dedupe."""
+    import hashlib
+
+    blob = json.dumps(sorted((v.name, v.source_hash, sorted(v.space)) for v in variants))
+    return f"{task.key}:{backend}:{hashlib.sha256(blob.encode()).hexdigest()[:10]}"
+
+
+class ArtifactStore:
+    """Artifacts of successful trials on disk, so a resumed tune can pack without recompiling."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def save(self, key: str, artifact: Artifact) -> None:
+        folder = self.root / key
+        folder.mkdir(parents=True, exist_ok=True)
+        if artifact.binary is not None:
+            (folder / (artifact.binary_name or "kernel.bin")).write_bytes(artifact.binary)
+        meta = {"backend": artifact.backend, "variant": artifact.variant, "config": artifact.config,
+                "binary_name": artifact.binary_name if artifact.binary is not None else "",
+                "meta": artifact.meta}
+        (folder / "source.txt").write_text(artifact.source)
+        (folder / "artifact.json").write_text(json.dumps(meta, indent=1, default=str))
+
+    def load(self, key: str) -> Artifact | None:
+        folder = self.root / key
+        if not (folder / "artifact.json").exists():
+            return None
+        meta = json.loads((folder / "artifact.json").read_text())
+        binary = (folder / meta["binary_name"]).read_bytes() if meta["binary_name"] else None
+        return Artifact(backend=meta["backend"], variant=meta["variant"], config=meta["config"],
+                        source=(folder / "source.txt").read_text(), binary=binary,
+                        binary_name=meta["binary_name"], meta=meta["meta"])
+
+
+def _value(record: TrialRecord) -> float:
+    return record.seconds if record.seconds is not None else FAILED_VALUE
+
+
+def _better(record: TrialRecord, best: TrialRecord | None) -> bool:
+    """A gain counts only if larger than the best's own spread (noise is not a gain)."""
+    if record.seconds is None:
+        return False
+    if best is None or best.seconds is None:
+        return True
+    noise = best.measurement.spread if best.measurement else 0.0
+    return record.seconds < best.seconds * (1 - min(noise, 0.05))
+
+
+def search_workload(task: Task, variants: Sequence[Variant], runner: Runner, *, storage: str,
+                    log: RecordLog, store: ArtifactStore, floor_seconds: float, backend: str,
+                    options: SearchOptions, seeds: Sequence[Candidate] = (),
+                    gate: GateOptions = GateOptions(), measure: MeasureOptions = MeasureOptions(),
+                    progress: ProgressFn | None = None) -> SearchResult:
+    """Tune one workload over `variants` with up to `options.trials` new measurements."""
+    started = time.time()
+    result = SearchResult(task=task, best=None, artifact=None)
+    by_name = {v.name: v for v in variants}
+    if not by_name:
+        result.stop_reason = "no variants"
+        return result
+    known: dict[str, TrialRecord] = {}
+    for record in log:  # resume, and never re-measure what any earlier study measured
+        if record.task_key == task.key and record.backend == backend:
+            known[record.candidate_key] = record
+            if record.variant in by_name and _better(record, result.best):
+                result.best = record
+    if result.best is not None:
+        result.artifact = store.load(result.best.candidate_key)
+    sampler: optuna.samplers.BaseSampler
+    if options.sampler == "random":
+        sampler = optuna.samplers.RandomSampler(seed=options.seed)
+    else:
+        sampler = optuna.samplers.TPESampler(seed=options.seed, multivariate=True, group=True,
+                                             constant_liar=True, n_startup_trials=8)
+    study = optuna.create_study(study_name=study_name(task, backend, variants), storage=storage,
+                                direction="minimize", sampler=sampler, load_if_exists=True)
+    for frozen in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        study.tell(frozen.number, state=optuna.trial.TrialState.FAIL)  # the trial a kill interrupted
+    seeded = list(seeds) + [Candidate.of(v, v.default) for v in variants]
+    if space_size(variants) <= options.trials:  # small space: measure all of it (grid)
+        seeded += [Candidate.of(v, c) for v in variants for c in all_configs(v)]
+    for candidate in seeded:
+        if candidate.variant.name in by_name:
+            study.enqueue_trial(_params(candidate.variant, candidate.params), skip_if_exists=True)
+    names = sorted(by_name)
+    since_gain = 0
+    consecutive_duplicates = 0
+    while True:
+        if result.measured >= options.trials:
+            result.stop_reason = f"trial budget ({options.trials}) spent"
+            break
+        if options.deadline is not None and time.time() >= options.deadline:
+            result.stop_reason = "time budget spent"
+            break
+        if result.best is not None and result.best.seconds is not None and floor_seconds > 0 \
+                and result.best.seconds <= floor_seconds * (1 + options.floor_margin):
+            result.stop_reason = f"within {options.floor_margin:.0%} of the roofline floor"
+            break
+        if since_gain >= options.patience:
+            result.stop_reason = f"no gain in {options.patience} trials"
+            break
+        if consecutive_duplicates >= options.max_duplicates or result.duplicates + result.measured >= \
+                space_size(variants) + options.max_duplicates:
+            result.stop_reason = "space exhausted"
+            break
+        trial = study.ask()
+        variant = by_name[trial.suggest_categorical("variant", names)]
+        config = {p: trial.suggest_categorical(f"{variant.name}:{p}", list(choices))
+                  for p, choices in variant.space.items()}
+        candidate = Candidate.of(variant, config)
+        key = candidate.key()
+        if key in known:
+            trial.set_user_attr("duplicate_of", key)
+            study.tell(trial, _value(known[key]))
+            result.duplicates += 1
+            consecutive_duplicates += 1
+            continue
+        consecutive_duplicates = 0
+        record, artifact = runner.run(TrialJob(task=task, candidate=candidate, floor_seconds=floor_seconds,
+                                               gate=gate, measure=measure))
+        record.number = trial.number
+        trial.set_user_attr("status", record.status)
+        trial.set_user_attr("candidate_key", key)
+        if record.reason:
+            trial.set_user_attr("reason", record.reason[:500])
+        log.append(record)
+        study.tell(trial, _value(record))
+        known[key] = record
+        result.records.append(record)
+        result.measured += 1
+        if _better(record, result.best):
+            result.best = record
+            since_gain = 0
+            if artifact is not None:
+                store.save(key, artifact)
+                result.artifact = artifact
+        else:
+            since_gain += 1
+        if progress is not None:
+            progress(task, record, result.best, result.measured, options.trials)
+    result.wall_seconds = time.time() - started
+    return result

@@ -1,0 +1,298 @@
+"""Standalone kernel tasks for tests and benchmarks, made the one way tasks are made.
+
+Each builder writes the ONNX subgraph an exporter emits for the op (as a tiny Graph whose tensors
+are all runtime inputs and whose scalars are constants of the task's dtype) and returns the single
+task `partition` finds in it. So a synthetic task has the kind, attrs, canonical input order,
+FLOPs and bytes - hence the workload key - of the same subgraph inside a model, and its reference
+runs through the executor like any model task.
+
+Shapes the builders choose (they match what BERT/ResNet exports contain):
+  attention  q (B,H,S,D), k (B,H,D,Sk) if k_transposed else (B,H,Sk,D) (+ Transpose), v (B,H,Sk,D),
+             scores divided by sqrt(D), mask (B,1,1,Sk) additive, causal as a constant mask
+  gemm gelu  the erf form x * (1 + erf(x / sqrt 2)) * 0.5; gelu_tanh the tanh form; silu x*sigmoid(x)
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import ml_dtypes
+import numpy as np
+from onnx import helper
+
+from .errors import PortkernError
+from .ir import Graph, Node, TensorSpec
+from .partition import partition
+from .tasks import Task
+
+SYNTHETIC_OPSET = 17
+GELU_OPSET = 20  # the Gelu op, only for elementwise expressions with a gelu step
+
+
+class SyntheticTaskError(PortkernError):
+    """A builder was asked for a task it cannot express."""
+
+
+class _GraphBuilder:
+    """Appends nodes with their output specs; every tensor input is a runtime graph input."""
+
+    def __init__(self, name: str, dtype: str) -> None:
+        self.name = name
+        self.dtype = dtype
+        self.nodes: list[Node] = []
+        self.inputs: list[str] = []
+        self.values: dict[str, TensorSpec] = {}
+        self.constants: dict[str, np.ndarray] = {}
+
+    def input(self, name: str, shape: Sequence[int], dtype: str | None = None) -> str:
+        self.inputs.append(name)
+        self.values[name] = TensorSpec(tuple(int(d) for d in shape), dtype or self.dtype)
+        return name
+
+    def constant(self, value: Any, dtype: str | None = None) -> str:
+        array = np.asarray(value, dtype=dtype or self.dtype)
+        name = f"const{len(self.constants)}"
+        self.constants[name] = array
+        self.values[name] = TensorSpec(tuple(array.shape), array.dtype.name)
+        return name
+
+    def op(self, op_type: str, inputs: Sequence[str], shape: Sequence[int], dtype: str | None = None,
+           **attrs: Any) -> str:
+        out = f"{op_type.lower()}{len(self.nodes)}"
+        self.nodes.append(Node(out, op_type, list(inputs), [out], attrs))
+        self.values[out] = TensorSpec(tuple(int(d) for d in shape), dtype or self.dtype)
+        return out
+
+    def task(self, output: str, opset: int = SYNTHETIC_OPSET) -> Task:
+        graph = Graph(self.name, self.nodes, self.inputs, [output], self.values, self.constants,
+                      opset, model_hash=f"synthetic:{self.name}")
+        tasks = partition(graph)
+        if len(tasks) != 1:
+            kinds = ", ".join(task.kind for task in tasks) or "none"
+            raise SyntheticTaskError(f"synthetic {self.name} partitions into {len(tasks)} tasks ({kinds}), not one")
+        return tasks[0]
+
+
+def _activation(builder: _GraphBuilder, x: str, activation: str) -> str:
+    """The nodes an exporter emits for an activation, on x."""
+    shape = builder.values[x].shape
+    if activation == "none":
+        return x
+    if activation in ("relu", "sigmoid", "tanh"):
+        return builder.op(activation.capitalize(), [x], shape)
+    if activation == "relu6":
+        return builder.op("Clip", [x, builder.constant(0.0), builder.constant(6.0)], shape)
+    if activation == "silu":
+        return builder.op("Mul", [x, builder.op("Sigmoid", [x], shape)], shape)
+    if activation == "gelu":
+        erf = builder.op("Erf", [builder.op("Div", [x, builder.constant(math.sqrt(2.0))], shape)], shape)
+        inner = builder.op("Mul", [x, builder.op("Add", [erf, builder.constant(1.0)], shape)], shape)
+        return builder.op("Mul", [inner, builder.constant(0.5)], shape)
+    if activation == "gelu_tanh":
+        cube = builder.op("Pow", [x, builder.constant(3.0)], shape)
+        inner = builder.op("Add", [x, builder.op("Mul", [cube, builder.constant(0.044715)], shape)], shape)
+        tanh = builder.op("Tanh", [builder.op("Mul", [inner, builder.constant(math.sqrt(2.0 / math.pi))],
+                                              shape)], shape)
+        half = builder.op("Mul", [x, builder.constant(0.5)], shape)
+        return builder.op("Mul", [half, builder.op("Add", [tanh, builder.constant(1.0)], shape)], shape)
+    raise SyntheticTaskError(f"unknown activation '{activation}'")
+
+
+def gemm_task(m: int, n: int, k: int, dtype: str = "float32", *, activation: str = "none",
+              bias: bool = False, residual: bool = False, trans_b: bool = False,
+              batch: Sequence[int] = ()) -> Task:
+    """a (*batch,M,K) @ b (K,N) [+ bias] [-> act] [+ residual]; trans_b: a Gemm op with b (N,K)."""
+    builder = _GraphBuilder("gemm", dtype)
+    out_shape = (*batch, m, n)
+    a = builder.input("a", (*batch, m, k))
+    if trans_b:
+        if batch:
+            raise SyntheticTaskError("trans_b comes from a Gemm op, which takes a 2-D a: give no batch")
+        operands = [a, builder.input("b", (n, k))] + ([builder.input("bias", (n,))] if bias else [])
+        y = builder.op("Gemm", operands, out_shape, transB=1)
+    else:
+        y = builder.op("MatMul", [a, builder.input("b", (k, n))], out_shape)
+        if bias:
+            y = builder.op("Add", [y, builder.input("bias", (n,))], out_shape)
+    y = _activation(builder, y, activation)
+    if residual:
+        y = builder.op("Add", [y, builder.input("residual", out_shape)], out_shape)
+    return builder.task(y)
+
+
+def bmm_task(b: int, m: int, n: int, k: int, dtype: str = "float32") -> Task:
+    """a (B,M,K) @ b (B,K,N)."""
+    builder = _GraphBuilder("bmm", dtype)
+    y = builder.op("MatMul", [builder.input("a", (b, m, k)), builder.input("b", (b, k, n))], (b, m, n))
+    return builder.task(y)
+
+
+def attention_task(batch: int, heads: int, seq: int, head_dim: int, dtype: str = "float32", *,
+                   seq_kv: int | None = None, mask: bool = False, causal: bool = False,
+                   k_transposed: bool = False) -> Task:
+    """softmax(q @ k^T / sqrt(D) [+ mask] [+ causal]) @ v, as BERT-style exports spell it."""
+    builder = _GraphBuilder("attention", dtype)
+    sk = seq if seq_kv is None else seq_kv
+    if causal and sk < seq:
+        raise SyntheticTaskError(f"causal attention needs seq_kv >= seq (got {sk} < {seq})")
+    q = builder.input("q", (batch, heads, seq, head_dim))
+    if k_transposed:
+        kt = builder.input("k", (batch, heads, head_dim, sk))
+    else:
+        k = builder.input("k", (batch, heads, sk, head_dim))
+        kt = builder.op("Transpose", [k], (batch, heads, head_dim, sk), perm=[0, 1, 3, 2])
+    v = builder.input("v", (batch, heads, sk, head_dim))
+    scores_shape = (batch, heads, seq, sk)
+    scores = builder.op("MatMul", [q, kt], scores_shape)
+    scores = builder.op("Div", [scores, builder.constant(math.sqrt(head_dim))], scores_shape)
+    if mask:
+        scores = builder.op("Add", [scores, builder.input("mask", (batch, 1, 1, sk))], scores_shape)
+    if causal:
+        allowed = np.arange(sk)[None, :] <= np.arange(seq)[:, None] + (sk - seq)
+        lowest = ml_dtypes.finfo(dtype).min
+        scores = builder.op("Add", [scores, builder.constant(np.where(allowed, 0.0, lowest))], scores_shape)
+    probs = builder.op("Softmax", [scores], scores_shape, axis=-1)
+    return builder.task(builder.op("MatMul", [probs, v], (batch, heads, seq, head_dim)))
+
+
+def softmax_task(rows: int, cols: int, dtype: str = "float32") -> Task:
+    builder = _GraphBuilder("softmax", dtype)
+    return builder.task(builder.op("Softmax", [builder.input("x", (rows, cols))], (rows, cols), axis=-1))
+
+
+def layernorm_task(rows: int, cols: int, dtype: str = "float32", eps: float = 1e-5) -> Task:
+    builder = _GraphBuilder("layernorm", dtype)
+    operands = [builder.input("x", (rows, cols)), builder.input("gamma", (cols,)), builder.input("beta", (cols,))]
+    return builder.task(builder.op("LayerNormalization", operands, (rows, cols), axis=-1, epsilon=float(eps)))
+
+
+def rmsnorm_task(rows: int, cols: int, dtype: str = "float32", eps: float = 1e-6) -> Task:
+    """x / sqrt(mean(x^2) + eps) * gamma, in the primitive form exporters emit."""
+    builder = _GraphBuilder("rmsnorm", dtype)
+    x = builder.input("x", (rows, cols))
+    square = builder.op("Pow", [x, builder.constant(2.0)], (rows, cols))
+    mean = builder.op("ReduceMean", [square], (rows, 1), axes=[-1], keepdims=1)
+    std = builder.op("Sqrt", [builder.op("Add", [mean, builder.constant(eps)], (rows, 1))], (rows, 1))
+    normalized = builder.op("Div", [x, std], (rows, cols))
+    return builder.task(builder.op("Mul", [builder.input("gamma", (cols,)), normalized], (rows, cols)))
+
+
+_EXPR_OPS = {"add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div", "pow": "Pow", "max": "Max",
+             "min": "Min", "sqrt": "Sqrt", "exp": "Exp", "log": "Log", "tanh": "Tanh",
+             "sigmoid": "Sigmoid", "relu": "Relu", "erf": "Erf", "neg": "Neg", "abs": "Abs",
+             "reciprocal": "Reciprocal", "gelu": "Gelu", "gelu_tanh": "Gelu", "cast": "Cast",
+             "where": "Where"}
+
+
+def elementwise_task(shape: Sequence[int], dtype: str, expr: Sequence[Sequence[Any]]) -> Task:
+    """The task of an expression (see partition.py) whose inputs in0..inK all have `shape`.
+
+    A "where" condition input is boolean; the result's attrs["expr"] is the expression as a model
+    would spell it (scalars at the dtype's shortest round-trip decimal).
+    """
+    builder = _GraphBuilder("elementwise", dtype)
+    refs: dict[str, str] = {}
+
+    def operand(ref: Any, condition: bool = False) -> str:
+        if not isinstance(ref, str):
+            return builder.constant(ref)
+        if ref.startswith("in") and ref not in refs:
+            expected = f"in{sum(name.startswith('in') for name in refs)}"
+            if ref != expected:
+                raise SyntheticTaskError(f"expression inputs must appear in order: {ref} before {expected}")
+            refs[ref] = builder.input(ref, shape, "bool" if condition else None)
+        if ref not in refs:
+            raise SyntheticTaskError(f"expression operand {ref!r} is not defined before it is used")
+        return refs[ref]
+
+    out = ""
+    uses_gelu = False
+    for index, (op, *args) in enumerate(expr):
+        if op not in _EXPR_OPS:
+            raise SyntheticTaskError(f"unknown expression step {op!r}")
+        attrs: dict[str, Any] = {}
+        step_dtype = None
+        if op == "cast":
+            step_dtype = str(args[1])
+            attrs["to"] = helper.np_dtype_to_tensor_dtype(np.dtype(step_dtype))
+            operands = [operand(args[0])]
+        elif op == "where":
+            operands = [operand(args[0], condition=True), operand(args[1]), operand(args[2])]
+        else:
+            operands = [operand(arg) for arg in args]
+        if op.startswith("gelu"):
+            uses_gelu = True
+            attrs["approximate"] = "tanh" if op == "gelu_tanh" else "none"
+        out = builder.op(_EXPR_OPS[op], operands, shape, step_dtype, **attrs)
+        refs[f"t{index}"] = out
+    if not out:
+        raise SyntheticTaskError("an elementwise expression needs at least one step")
+    return builder.task(out, GELU_OPSET if uses_gelu else SYNTHETIC_OPSET)
+
+
+_REDUCE_OPS = {"sum": "ReduceSum", "mean": "ReduceMean", "max": "ReduceMax", "min": "ReduceMin"}
+
+
+def reduce_task(shape: Sequence[int], dtype: str, op: str, axes: Sequence[int], keepdims: bool = True) -> Task:
+    if op not in _REDUCE_OPS:
+        raise SyntheticTaskError(f"unknown reduction '{op}' (one of {', '.join(_REDUCE_OPS)})")
+    builder = _GraphBuilder("reduce", dtype)
+    x = builder.input("x", shape)
+    rank = len(shape)
+    reduced = {a % rank for a in axes} if axes else set(range(rank))
+    out_shape = [1 if i in reduced else d for i, d in enumerate(shape) if keepdims or i not in reduced]
+    axes_list = [int(a) for a in axes]
+    if op == "sum":  # ReduceSum takes its axes as an input from opset 13
+        operands = [x, builder.constant(axes_list, "int64")] if axes_list else [x]
+        y = builder.op("ReduceSum", operands, out_shape, keepdims=int(keepdims))
+    else:
+        extra = {"axes": axes_list} if axes_list else {}
+        y = builder.op(_REDUCE_OPS[op], [x], out_shape, keepdims=int(keepdims), **extra)
+    return builder.task(y)
+
+
+def _pair(value: int | Sequence[int]) -> tuple[int, int]:
+    if isinstance(value, int):
+        return value, value
+    first, second = value
+    return int(first), int(second)
+
+
+def _window_out(size: int, kernel: int, stride: int, pad: int, dilation: int = 1) -> int:
+    return (size + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def conv2d_task(n: int, c: int, h: int, w: int, oc: int, kh: int, kw: int, dtype: str = "float32", *,
+                stride: int | Sequence[int] = 1, pad: int | Sequence[int] = 0,
+                dilation: int | Sequence[int] = 1, group: int = 1, activation: str = "none",
+                bias: bool = True, residual: bool = False) -> Task:
+    """act(conv(x, w) + bias + residual); pad is symmetric per spatial axis."""
+    if c % group or oc % group:
+        raise SyntheticTaskError(f"group {group} must divide channels {c} and {oc}")
+    (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(pad), _pair(dilation)
+    builder = _GraphBuilder("conv2d", dtype)
+    out_shape = (n, oc, _window_out(h, kh, sh, ph, dh), _window_out(w, kw, sw, pw, dw))
+    operands = [builder.input("x", (n, c, h, w)), builder.input("w", (oc, c // group, kh, kw))]
+    if bias:
+        operands.append(builder.input("bias", (oc,)))
+    y = builder.op("Conv", operands, out_shape, kernel_shape=[kh, kw], strides=[sh, sw],
+                   pads=[ph, pw, ph, pw], dilations=[dh, dw], group=group)
+    if residual:
+        y = builder.op("Add", [y, builder.input("residual", out_shape)], out_shape)
+    return builder.task(_activation(builder, y, activation))
+
+
+def pool_task(n: int, c: int, h: int, w: int, op: str, kernel: int | Sequence[int] = 2,
+              stride: int | Sequence[int] = 2, pad: int | Sequence[int] = 0, dtype: str = "float32") -> Task:
+    """max | avg (count_include_pad=0, the ONNX default) | global_avg (kernel/stride/pad unused)."""
+    builder = _GraphBuilder("pool", dtype)
+    x = builder.input("x", (n, c, h, w))
+    if op == "global_avg":
+        return builder.task(builder.op("GlobalAveragePool", [x], (n, c, 1, 1)))
+    if op not in ("max", "avg"):
+        raise SyntheticTaskError(f"unknown pool '{op}' (max, avg or global_avg)")
+    (kh, kw), (sh, sw), (ph, pw) = _pair(kernel), _pair(stride), _pair(pad)
+    out_shape = (n, c, _window_out(h, kh, sh, ph), _window_out(w, kw, sw, pw))
+    y = builder.op("MaxPool" if op == "max" else "AveragePool", [x], out_shape, kernel_shape=[kh, kw],
+                   strides=[sh, sw], pads=[ph, pw, ph, pw])
+    return builder.task(y)

@@ -1,0 +1,442 @@
+"""`portkern tune`: profile, tune where the time is, re-check the whole model, write a pack.
+
+    model -> tasks -> profile (baseline vs floor) -> budget -> per workload: proposers -> search
+    (build, gate, time in an isolated worker) -> winners -> whole-model check vs onnxruntime -> pack
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from .backends import get_backend
+from .backends.base import Backend, Candidate, Variant
+from .errors import PortkernError
+from .hwprofile import Target, load_target
+from .ir import Graph
+from .measure import MeasureOptions
+from .models import random_feeds
+from .onnx_import import load_model
+from .pack import Pack, PackEntry, write_pack
+from .partition import partition, summarize
+from .profile import TaskProfile, profile_tasks
+from .search.proposers import BuiltinProposer, Feedback, Proposer, RulesProposer
+from .search.records import RecordLog, TrialRecord
+from .search.strategy import ArtifactStore, SearchOptions, SearchResult, search_workload
+from .search.worker import InProcessRunner, IsolatedRunner
+from .tasks import Task
+from .verify import GateOptions, admit_task
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    target: str
+    backend: str | None = None
+    shapes: Mapping[str, tuple[int, ...]] | None = None
+    trials: int = 200  # measured trials across all tasks
+    per_task_trials: int = 48  # cap per workload
+    min_task_trials: int = 4
+    time_budget_s: float | None = None
+    storage: str | None = None  # Optuna storage URL; default: SQLite in the work dir
+    work_dir: Path | None = None  # records, study, artifacts; default: <out>.work
+    resume: bool = False
+    proposers: tuple[str, ...] = ("builtin", "rules")
+    llm_endpoint: str | None = None
+    llm_model: str | None = None
+    isolate: bool = True  # build/verify/time in a worker process (required for generated code)
+    trial_timeout_s: float = 300.0
+    max_tasks: int | None = None  # tune only the N tasks with most headroom
+    seed: int = 0
+    e2e_tolerance: float | None = None  # whole-model rel L2 vs onnxruntime; default by dtype
+    measure: MeasureOptions = field(default_factory=MeasureOptions)
+    gate: GateOptions = field(default_factory=GateOptions)
+
+
+@dataclass
+class TaskOutcome:
+    profile: TaskProfile
+    result: SearchResult | None
+    status: str  # kept | no gain | no variants | not admitted | not tuned | dropped: <why>
+    proposers: list[str] = field(default_factory=list)
+
+    @property
+    def best_seconds(self) -> float | None:
+        return self.result.best.seconds if self.result and self.result.best else None
+
+    def to_dict(self) -> dict[str, Any]:
+        best = self.result.best if self.result else None
+        base = self.profile.seconds
+        return {**self.profile.to_dict(), "status": self.status, "proposers": self.proposers,
+                "best_seconds": self.best_seconds, "variant": best.variant if best else None,
+                "config": best.config if best else None,
+                "speedup": (base / self.best_seconds) if base and self.best_seconds else None,
+                "floor_fraction": best.floor_fraction if best else None,
+                "trials": self.result.measured if self.result else 0,
+                "duplicates": self.result.duplicates if self.result else 0,
+                "stop_reason": self.result.stop_reason if self.result else ""}
+
+
+@dataclass
+class TuneReport:
+    model: str
+    target: str
+    backend: str
+    outcomes: list[TaskOutcome]
+    end_to_end: dict[str, Any]
+    wall_seconds: float
+    pack_path: Path | None
+    work_dir: Path
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "target": self.target, "backend": self.backend,
+                "tasks": [o.to_dict() for o in self.outcomes], "end_to_end": self.end_to_end,
+                "tuning_wall_seconds": self.wall_seconds,
+                "pack": str(self.pack_path) if self.pack_path else None, "work_dir": str(self.work_dir)}
+
+
+Progress = Callable[[str], None]
+MAX_ROUNDS = 4  # proposer rounds per task: builtin first, then what rules / an LLM derive
+
+
+def allocate_trials(profiles: Sequence[TaskProfile], total: int, cap: int, minimum: int) -> dict[str, int]:
+    """Trials proportional to each task's headroom (time above its floor), clamped to [min, cap]."""
+    weights = {p.task.key: p.headroom_seconds for p in profiles}
+    weight_sum = sum(weights.values())
+    if weight_sum <= 0:
+        weights = {key: 1.0 for key in weights}
+        weight_sum = float(len(weights)) or 1.0
+    return {key: max(minimum, min(cap, round(total * w / weight_sum))) for key, w in weights.items()}
+
+
+def _make_proposers(options: TuneOptions, work_dir: Path) -> list[Proposer]:
+    proposers: list[Proposer] = []
+    for name in options.proposers:
+        if name == "builtin":
+            proposers.append(BuiltinProposer())
+        elif name == "rules":
+            proposers.append(RulesProposer())
+        elif name == "llm":
+            if not options.llm_endpoint or not options.llm_model:
+                raise PortkernError("the llm proposer needs --llm-endpoint URL and --llm-model NAME")
+            from .search.llm import LlmProposer
+
+            proposers.append(LlmProposer.from_options(options.llm_endpoint, options.llm_model,
+                                                      work_dir / "transcripts"))
+        else:
+            raise PortkernError(f"unknown proposer '{name}' (builtin, rules, llm)")
+    return proposers
+
+
+class _TaskCatalog:
+    """Every workload tuned in this work dir (task descriptions by key): seeds from nearest shapes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.described: dict[str, dict[str, Any]] = {}
+        if path.exists():
+            for line in path.read_text().splitlines():
+                if line.strip():
+                    item = json.loads(line)
+                    self.described[item["key"]] = item["task"]
+
+    def add(self, task: Task) -> None:
+        if task.key not in self.described:
+            self.described[task.key] = task.describe()
+            with open(self.path, "a") as handle:
+                handle.write(json.dumps({"key": task.key, "task": task.describe()}, default=str) + "\n")
+
+    def nearest(self, task: Task, log: RecordLog, library: Mapping[str, Variant]) -> Candidate | None:
+        """Best config of the closest tuned shape of the same kind and dtype (log2 distance)."""
+        mine = task.describe()
+        best_by_key: dict[str, TrialRecord] = {}
+        for record in log:
+            if record.task_key != task.key and record.seconds is not None and record.variant in library:
+                current = best_by_key.get(record.task_key)
+                if current is None or record.seconds < (current.seconds or float("inf")):
+                    best_by_key[record.task_key] = record
+        scored = []
+        for key, record in best_by_key.items():
+            other = self.described.get(key)
+            if not other or other["kind"] != mine["kind"] or other["inputs"][0][1] != mine["inputs"][0][1]:
+                continue
+            if len(other["inputs"]) != len(mine["inputs"]):
+                continue
+            distance = sum(abs(np.log2(max(a, 1)) - np.log2(max(b, 1)))
+                           for (sa, _), (sb, _) in zip(other["inputs"], mine["inputs"]) if len(sa) == len(sb)
+                           for a, b in zip(sa, sb))
+            scored.append((distance, record))
+        if not scored:
+            return None
+        record = min(scored, key=lambda item: item[0])[1]
+        return Candidate.of(library[record.variant], record.config)
+
+
+def _prepare_work_dir(options: TuneOptions, out: Path | None) -> Path:
+    work_dir = options.work_dir or Path(f"{out or 'portkern'}.work")
+    if work_dir.exists() and not options.resume and any(work_dir.iterdir()):
+        raise PortkernError(f"{work_dir} holds an earlier tune: pass --resume to continue it, "
+                            "or remove it to start over")
+    work_dir.mkdir(parents=True, exist_ok=True)
+    return work_dir
+
+
+def tune(model: str | Path, *, target: str, out: str | Path | None = None,
+         shapes: Mapping[str, Sequence[int]] | None = None, progress: Progress | None = None,
+         **overrides: Any) -> TuneReport:
+    """Python API for build systems: tune a model for a target and write a pack. Prints nothing
+    unless `progress` is given (a callable taking one line of text)."""
+    options = TuneOptions(target=target, shapes={k: tuple(v) for k, v in (shapes or {}).items()}, **overrides)
+    return run_tune(Path(model), options, Path(out) if out else None, progress)
+
+
+def run_tune(model_path: Path, options: TuneOptions, out: Path | None,
+             progress: Progress | None = None) -> TuneReport:
+    say = progress or (lambda line: None)
+    started = time.time()
+    deadline = started + options.time_budget_s if options.time_budget_s else None
+    graph = load_model(model_path, options.shapes)
+    tasks = partition(graph)
+    target = load_target(options.target, options.backend)
+    backend = get_backend(target)
+    work_dir = _prepare_work_dir(options, out)
+    storage = options.storage or f"sqlite:///{(work_dir / 'study.db').resolve()}"
+    log = RecordLog(work_dir / "records.jsonl")
+    store = ArtifactStore(work_dir / "artifacts")
+    catalog = _TaskCatalog(work_dir / "tasks.jsonl")
+    proposers = _make_proposers(options, work_dir)
+    say(f"model {model_path.name}: {len(graph.nodes)} nodes, {len(tasks)} tasks; target {target.name} "
+        f"({target.backend}{', simulated' if backend.simulated else ''}); proposers: "
+        f"{', '.join(p.name for p in proposers)}")
+
+    unique = summarize(tasks)
+    say(f"profiling {len(unique)} distinct workloads with the baseline ...")
+    profiles = profile_tasks(unique, backend, options.measure)
+    tunable = profiles[: options.max_tasks] if options.max_tasks else profiles
+    budget = allocate_trials(tunable, options.trials, options.per_task_trials, options.min_task_trials)
+    outcomes: list[TaskOutcome] = []
+    runner_cm = (IsolatedRunner(target, options.trial_timeout_s, work_dir / "scratch") if options.isolate
+                 else InProcessRunner(backend))
+    with runner_cm as runner:
+        for index, profile in enumerate(profiles):
+            task = profile.task
+            if profile not in tunable:
+                outcomes.append(TaskOutcome(profile, None, "not tuned (below --max-tasks)"))
+                continue
+            if deadline is not None and time.time() >= deadline:
+                outcomes.append(TaskOutcome(profile, None, "not tuned (time budget spent)"))
+                continue
+            reason = admit_task(task)
+            if reason:
+                outcomes.append(TaskOutcome(profile, None, f"not admitted: {reason}"))
+                continue
+            catalog.add(task)
+            say(f"[{index + 1}/{len(profiles)}] {task.label} x{profile.count}: baseline "
+                f"{_ms(profile.seconds)} ({profile.baseline_source}), floor {_ms(profile.floor_seconds)}, "
+                f"{budget[task.key]} trials")
+            outcomes.append(_tune_task(task, profile, backend, runner, proposers, budget[task.key],
+                                       deadline, storage, log, store, catalog, options, say))
+    e2e = _end_to_end(model_path, graph, backend, target, outcomes, options, say)
+    pack_path = None
+    report = TuneReport(model=model_path.name, target=target.name, backend=target.backend,
+                        outcomes=outcomes, end_to_end=e2e, wall_seconds=time.time() - started,
+                        pack_path=None, work_dir=work_dir)
+    if out is not None:
+        pack = _assemble_pack(graph, target, backend, outcomes, report)
+        pack_path = write_pack(pack, out)
+        report.pack_path = pack_path
+        say(f"wrote {pack_path} ({len(pack.entries)} kernels)")
+    shutil.rmtree(work_dir / "scratch", ignore_errors=True)
+    return report
+
+
+def _ms(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds * 1e3:.4g} ms"
+
+
+def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, proposers: list[Proposer],
+               trials: int, deadline: float | None, storage: str, log: RecordLog, store: ArtifactStore,
+               catalog: _TaskCatalog, options: TuneOptions, say: Progress) -> TaskOutcome:
+    feedback = Feedback(floor_seconds=profile.floor_seconds, baseline_seconds=profile.seconds)
+    total = SearchResult(task=task, best=None, artifact=None)
+    used: list[str] = []
+    remaining = trials
+
+    def on_trial(task: Task, record: TrialRecord, best: TrialRecord | None, n: int, budget: int) -> None:
+        best_text = f"best {_ms(best.seconds)} ({best.floor_fraction:.0%} of floor)" if best and \
+            best.floor_fraction else "best n/a"
+        say(f"    trial {n}/{budget} {record.variant} {record.status:<13} "
+            f"{_ms(record.seconds) if record.seconds else record.reason[:60]:<24} {best_text}")
+
+    while remaining > 0 and feedback.round < MAX_ROUNDS:
+        new: list[Variant] = []
+        for proposer in proposers:
+            offered = [v for v in proposer.propose(task, backend, feedback) if v.name not in feedback.library]
+            if offered and proposer.name not in used:
+                used.append(proposer.name)
+            new.extend(offered)
+        if not new:
+            break
+        feedback.library.update({v.name: v for v in new})
+        seeds = [c for c in [catalog.nearest(task, log, feedback.library)] if c is not None]
+        if total.best is not None:
+            seeds.append(Candidate.of(feedback.library[total.best.variant], total.best.config))
+        # the first round spends most of the budget; later rounds search what proposers derived
+        share = remaining if feedback.round > 0 or len(proposers) == 1 else max(1, (remaining * 3) // 4)
+        search = SearchOptions(trials=share, deadline=deadline, seed=options.seed)
+        found = search_workload(task, new, runner, storage=storage, log=log, store=store,
+                                floor_seconds=profile.floor_seconds, backend=backend.name, options=search,
+                                seeds=seeds, gate=options.gate, measure=options.measure, progress=on_trial)
+        remaining -= found.measured
+        total.records += found.records
+        total.measured += found.measured
+        total.duplicates += found.duplicates
+        total.stop_reason = found.stop_reason
+        if found.best is not None and found.best.seconds is not None and (
+                total.best is None or found.best.seconds < (total.best.seconds or float("inf"))):
+            total.best, total.artifact = found.best, found.artifact
+        for proposer in proposers:
+            record_outcome = getattr(proposer, "record_outcome", None)
+            if record_outcome is not None:
+                for record in found.records:
+                    record_outcome(record.variant, record)
+        feedback.history.extend(found.records)
+        feedback.best = total.best
+        feedback.best_source = feedback.library[total.best.variant].source if total.best else None
+        feedback.round += 1
+        if found.stop_reason.startswith(("within", "time budget")):
+            break
+    result = total if feedback.library else None
+    if result is None:
+        return TaskOutcome(profile, None, "no variants", used)
+    best = result.best
+    if best is None or best.seconds is None or result.artifact is None:
+        return TaskOutcome(profile, result, "no verified kernel", used)
+    base = profile.seconds
+    noise = max(best.measurement.spread if best.measurement else 0.0,
+                profile.baseline.spread if profile.baseline else 0.0, 0.02)
+    if base is not None and best.seconds >= base * (1 - noise):
+        return TaskOutcome(profile, result, "no gain over the baseline", used)
+    return TaskOutcome(profile, result, "kept", used)
+
+
+def _e2e_tolerance(graph: Graph, options: TuneOptions) -> float:
+    if options.e2e_tolerance is not None:
+        return options.e2e_tolerance
+    dtypes = {graph.values[name].dtype for name in graph.outputs}
+    return 1e-2 if dtypes & {"float16", "bfloat16"} else 1e-4
+
+
+def _end_to_end(model_path: Path, graph: Graph, backend: Backend, target: Target,
+                outcomes: list[TaskOutcome], options: TuneOptions, say: Progress) -> dict[str, Any]:
+    """The whole model with the winners vs onnxruntime: a winner that breaks it is dropped."""
+    from .pack import Pack
+    from .runtime import Session
+
+    import onnxruntime as ort
+
+    feeds = random_feeds(graph, seed=options.seed + 99)
+    sess_options = ort.SessionOptions()
+    sess_options.log_severity_level = 3
+    ort_session = ort.InferenceSession(str(model_path), sess_options, providers=["CPUExecutionProvider"])
+    output_names = [o.name for o in ort_session.get_outputs()]
+    expected = dict(zip(output_names, ort_session.run(None, feeds)))
+    tolerance = _e2e_tolerance(graph, options)
+
+    def check(kept: list[TaskOutcome]) -> tuple[float, Any]:
+        entries = {o.profile.task.key: _entry(o, graph) for o in kept}
+        pack = Pack(target={"name": target.name, "backend": target.backend}, fingerprint=backend.fingerprint(),
+                    entries=entries)
+        session = Session(graph, pack)
+        got = session.run(feeds)
+        errors = []
+        for name in graph.outputs:
+            ref = np.asarray(expected[name], dtype=np.float64)
+            out = np.asarray(got[name], dtype=np.float64)
+            if not np.all(np.isfinite(out)):
+                errors.append(float("inf"))
+                continue
+            errors.append(float(np.linalg.norm(out - ref) / (np.linalg.norm(ref) or 1.0)))
+        return max(errors), session
+
+    kept = [o for o in outcomes if o.status == "kept"]
+    error, session = check(kept)
+    while error > tolerance and kept:
+        # drop the winner whose removal helps most; a kernel that breaks the model never ships
+        trials = [(check([k for k in kept if k is not o])[0], o) for o in kept]
+        best_error, culprit = min(trials, key=lambda item: item[0])
+        culprit.status = f"dropped: model error {error:.2g} with it, {best_error:.2g} without"
+        say(f"end-to-end: {culprit.profile.task.label} breaks the model output: dropped")
+        kept.remove(culprit)
+        error, session = check(kept)
+    baseline_session = Session(graph, None)
+    repeats = 5
+    portkern_times = session.latency(feeds, repeats=repeats)
+    reference_times = baseline_session.latency(feeds, repeats=repeats)
+    ort_times = []
+    for _ in range(2):
+        ort_session.run(None, feeds)
+    for _ in range(repeats):
+        start = time.perf_counter()
+        ort_session.run(None, feeds)
+        ort_times.append(time.perf_counter() - start)
+    result = {
+        "max_rel_l2_vs_onnxruntime": error, "tolerance": tolerance, "passed": error <= tolerance,
+        "kernels_used": len(kept), "fallback_tasks": len(session.fallbacks),
+        "latency_seconds": {"portkern": float(np.median(portkern_times)),
+                            "reference_executor": float(np.median(reference_times)),
+                            "onnxruntime_cpu": float(np.median(ort_times))},
+        "method": f"median of {repeats} whole-model runs after warm-up, host clock, same process, same feeds",
+    }
+    say(f"end-to-end: rel error vs onnxruntime {error:.2g} (tolerance {tolerance:g}); latency "
+        f"portkern {_ms(result['latency_seconds']['portkern'])}, onnxruntime "
+        f"{_ms(result['latency_seconds']['onnxruntime_cpu'])}, reference executor "
+        f"{_ms(result['latency_seconds']['reference_executor'])}")
+    if error > tolerance:
+        raise PortkernError(f"the model's output does not match onnxruntime even with no tuned kernel "
+                            f"(rel error {error:.3g} > {tolerance:g}): a bug in portkern's executor")
+    return result
+
+
+def _entry(outcome: TaskOutcome, graph: Graph) -> PackEntry:
+    assert outcome.result is not None and outcome.result.best is not None
+    best = outcome.result.best
+    assert outcome.result.artifact is not None and best.verdict is not None and best.measurement is not None
+    return PackEntry(key=outcome.profile.task.key, task=outcome.profile.task.describe(), backend=best.backend,
+                     variant=best.variant, origin=best.origin, config=best.config,
+                     artifact=outcome.result.artifact, verdict=best.verdict, measurement=best.measurement,
+                     baseline_seconds=outcome.profile.seconds, floor_seconds=outcome.profile.floor_seconds,
+                     model_hashes=[graph.model_hash])
+
+
+def _assemble_pack(graph: Graph, target: Target, backend: Backend, outcomes: list[TaskOutcome],
+                   report: TuneReport) -> Pack:
+    entries = {o.profile.task.key: _entry(o, graph) for o in outcomes if o.status == "kept"}
+    return Pack(target={"name": target.name, "backend": target.backend, **target.profile.to_dict()},
+                fingerprint=backend.fingerprint(), entries=entries,
+                models={graph.model_hash: {"name": graph.name, "shapes": {k: list(v) for k, v in graph.shapes.items()}}},
+                report=report.to_dict())
+
+
+def print_summary(report: TuneReport, stream: Any = sys.stdout) -> None:
+    rows = [("task", "x", "baseline", "best", "speedup", "floor %", "variant", "trials", "status")]
+    for outcome in report.outcomes:
+        d = outcome.to_dict()
+        rows.append((outcome.profile.task.label[:48], str(outcome.profile.count), _ms(d["baseline_seconds"]),
+                     _ms(d["best_seconds"]), f"{d['speedup']:.2f}x" if d["speedup"] else "-",
+                     f"{d['floor_fraction']:.0%}" if d["floor_fraction"] else "-",
+                     (d["variant"] or "-")[:22], str(d["trials"]), outcome.status[:40]))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)), file=stream)
+    e2e = report.end_to_end
+    lat = e2e["latency_seconds"]
+    print(f"\nwhole model: rel error vs onnxruntime {e2e['max_rel_l2_vs_onnxruntime']:.2g} "
+          f"(tolerance {e2e['tolerance']:g}); latency portkern {_ms(lat['portkern'])} | onnxruntime "
+          f"{_ms(lat['onnxruntime_cpu'])} | reference executor {_ms(lat['reference_executor'])}; "
+          f"tuned in {report.wall_seconds:.0f} s", file=stream)

@@ -1,0 +1,226 @@
+"""The verification gate: no kernel's time counts until it passes. One verifier for every backend.
+
+Generated kernels are known to fool harnesses (stale buffers, caches keyed by pointer or shape,
+in-place input edits, lower precision than promised, partial writes). Each check below closes one
+of those doors; the verdict keeps the evidence (seeds, distributions, errors, tolerances).
+
+  1. float64 reference (the task's own subgraph), tolerance from the declared precision and dtype
+  2. fresh random inputs per check, several seeds and distributions, never zeros; then new values
+     written in place at the same addresses (pointer/shape caches return stale answers and fail)
+  3. outputs poisoned (NaN) in fresh memory each run, with the reference output alive on the device
+  4. inputs hashed before and after: unchanged; outputs must not alias inputs
+  6. two runs on the same inputs agree (races and stale reads move results)
+  9. a task is admitted only if its reference varies with its inputs
+ Timing below the roofline floor (7) is checked by `floor_violation`; static checks and process
+ isolation (8) live in kernel_module and the search worker.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from .backends.base import Backend, Program
+from .ir import TensorSpec
+from .search.records import Verdict
+from .tasks import Task
+
+# Relative L2 error allowed, by declared precision and by output dtype (the looser one applies).
+TOLERANCE = {
+    "fp64": 1e-12, "fp32": 1e-5, "tf32": 3e-4, "fp16": 2e-3, "bf16": 1e-2,
+    "float64": 1e-12, "float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2,
+}
+# A local error (one bad tile, a wrong tail) hides in the L2 norm; the largest single error,
+# relative to the output's scale, is held to this multiple of the L2 tolerance.
+MAX_ERROR_FACTOR = 20.0
+FLOOR_SLACK = 0.9  # a time under 90% of the floor is impossible given measured ceilings
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    seeds: tuple[int, ...] = (11, 23, 47)
+    distributions: tuple[str, ...] = ("normal", "negative", "large")
+
+
+def tolerance_for(precision: str, task: Task) -> float:
+    out_dtype = task.outputs[0].dtype
+    return max(TOLERANCE.get(precision, TOLERANCE["fp32"]), TOLERANCE.get(out_dtype, 0.0))
+
+
+def make_inputs(task: Task, seed: int, distribution: str) -> list[np.ndarray]:
+    """Fresh random inputs; 'large' stresses softmax (large logits) and norms (large mean)."""
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for spec in task.inputs:
+        dtype = np.dtype(_numpy_dtype(spec.dtype))
+        if dtype.kind in "iu":
+            arrays.append(rng.integers(0, 10, size=spec.shape).astype(dtype))
+            continue
+        if dtype.kind == "b":
+            arrays.append(rng.random(spec.shape) < 0.5)
+            continue
+        values = rng.standard_normal(spec.shape)
+        if distribution == "negative":
+            values = rng.uniform(-3.0, 0.5, size=spec.shape)
+        elif distribution == "large":
+            if task.kind in ("softmax", "attention"):
+                values = values * 30.0
+            elif task.kind in ("layernorm", "rmsnorm"):
+                values = values * 20.0 + 50.0
+            else:
+                values = values + 0.5
+        values[values == 0] = 0.125  # never zeros
+        arrays.append(values.astype(dtype))
+    return arrays
+
+
+def _numpy_dtype(name: str) -> Any:
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return ml_dtypes.bfloat16
+    return name
+
+
+def _digest(backend: Backend, buffers: Sequence[Any]) -> str:
+    sha = hashlib.sha256()
+    for buffer in buffers:
+        sha.update(np.ascontiguousarray(backend.to_host(buffer)).tobytes())
+    return sha.hexdigest()
+
+
+def _poisoned(backend: Backend, spec: TensorSpec) -> Any:
+    dtype = np.dtype(_numpy_dtype(spec.dtype))
+    fill: float = float("nan") if dtype.kind == "f" or spec.dtype == "bfloat16" else np.iinfo(dtype).max
+    return backend.empty(spec, fill)
+
+
+def compare(out: np.ndarray, ref: np.ndarray, tol: float) -> dict[str, Any]:
+    """Errors of one output against its float64 reference; the check's evidence."""
+    out64 = np.asarray(out, dtype=np.float64)
+    ref64 = np.asarray(ref, dtype=np.float64)
+    if out64.shape != ref64.shape:
+        return {"passed": False, "reason": f"shape {out64.shape} != reference {ref64.shape}"}
+    finite = np.isfinite(ref64)
+    bad = int(np.count_nonzero(finite & ~np.isfinite(out64)))
+    if bad:
+        return {"passed": False, "reason": f"{bad} of {out64.size} elements unwritten or non-finite (NaN/Inf)",
+                "bad_elements": bad}
+    if np.any(~finite & np.isfinite(out64)):
+        return {"passed": False, "reason": "finite output where the reference is NaN/Inf"}
+    diff = (out64 - ref64)[finite]
+    ref_f = ref64[finite]
+    scale = float(np.linalg.norm(ref_f)) or 1.0
+    rel_l2 = float(np.linalg.norm(diff)) / scale
+    max_abs = float(np.max(np.abs(diff))) if diff.size else 0.0
+    ref_max = float(np.max(np.abs(ref_f))) if ref_f.size else 0.0
+    norm_max = max_abs / (ref_max or 1.0)
+    result: dict[str, Any] = {"rel_l2": rel_l2, "max_abs": max_abs, "norm_max": norm_max, "tol": tol}
+    if rel_l2 > tol:
+        worst = np.unravel_index(int(np.argmax(np.abs(np.where(finite, out64 - ref64, 0)))), out64.shape)
+        result.update(passed=False, reason=f"relative L2 error {rel_l2:.3g} > {tol:.1g} "
+                      f"(worst at {tuple(int(i) for i in worst)}: got {out64[worst]:.6g}, want {ref64[worst]:.6g})",
+                      worst_index=[int(i) for i in worst])
+    elif norm_max > tol * MAX_ERROR_FACTOR:
+        worst = np.unravel_index(int(np.argmax(np.abs(np.where(finite, out64 - ref64, 0)))), out64.shape)
+        result.update(passed=False, reason=f"max error {max_abs:.3g} is {norm_max:.3g} of the output scale "
+                      f"> {tol * MAX_ERROR_FACTOR:.1g} (at {tuple(int(i) for i in worst)})",
+                      worst_index=[int(i) for i in worst])
+    else:
+        result.update(passed=True, reason="")
+    return result
+
+
+def admit_task(task: Task) -> str | None:
+    """Check 9: a task whose reference ignores its inputs cannot tell a kernel from a constant."""
+    first = task.reference(make_inputs(task, 1, "normal"))
+    second = task.reference(make_inputs(task, 2, "normal"))
+    if all(np.array_equal(a, b, equal_nan=True) for a, b in zip(first, second)):
+        return "reference output does not vary with its inputs"
+    return None
+
+
+class _Failed(Exception):
+    def __init__(self, check: dict[str, Any]) -> None:
+        super().__init__(check["reason"])
+        self.check = check
+
+
+def verify(backend: Backend, program: Program, task: Task, precision: str,
+           options: GateOptions = GateOptions()) -> Verdict:
+    """Run the gate on a loaded program. Exceptions from the program are verdicts, not crashes."""
+    tol = tolerance_for(precision, task)
+    checks: list[dict[str, Any]] = []
+    verdict = Verdict(passed=False, reason="", precision=precision, tolerance={"rel_l2": tol,
+                      "norm_max": tol * MAX_ERROR_FACTOR}, checks=checks)
+    try:
+        for seed, distribution in zip(options.seeds, _cycle(options.distributions, len(options.seeds))):
+            checks.extend(_check_one(backend, program, task, tol, seed, distribution))
+    except _Failed as failed:
+        checks.append(failed.check)
+        verdict.reason = failed.check["reason"]
+        return verdict
+    except Exception as exc:  # a crash in the kernel is evidence, not a harness failure
+        verdict.reason = f"runtime error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return verdict
+    verdict.passed = True
+    return verdict
+
+
+def _cycle(items: Sequence[str], n: int) -> list[str]:
+    return [items[i % len(items)] for i in range(n)]
+
+
+def _run_and_check(backend: Backend, program: Program, task: Task, inputs: list[Any],
+                   refs: list[np.ndarray], tol: float, label: dict[str, Any]) -> list[np.ndarray]:
+    # the reference's answer stays alive on the device: a kernel that hands back stale memory
+    # finds poison in its fresh outputs, not this
+    ref_alive = [backend.to_device(r.astype(_numpy_dtype(s.dtype))) for r, s in zip(refs, task.outputs)]
+    before = _digest(backend, inputs)
+    outputs = [_poisoned(backend, spec) for spec in task.outputs]
+    program(inputs, outputs)
+    backend.synchronize()
+    if any(out is inp for out in outputs for inp in inputs):
+        raise _Failed({**label, "passed": False, "reason": "an output aliases an input"})
+    if _digest(backend, inputs) != before:
+        raise _Failed({**label, "passed": False, "reason": "the kernel modified its inputs"})
+    host = [backend.to_host(out) for out in outputs]
+    for index, (out, ref) in enumerate(zip(host, refs)):
+        result = compare(out, ref, tol)
+        if not result["passed"]:
+            raise _Failed({**label, "output": index, **result})
+    del ref_alive
+    return host
+
+
+def _check_one(backend: Backend, program: Program, task: Task, tol: float, seed: int,
+               distribution: str) -> list[dict[str, Any]]:
+    label = {"seed": seed, "distribution": distribution}
+    host_inputs = make_inputs(task, seed, distribution)
+    refs = task.reference(host_inputs)
+    inputs = [backend.to_device(a) for a in host_inputs]
+    first = _run_and_check(backend, program, task, inputs, refs, tol, {**label, "run": "fresh"})
+    second = _run_and_check(backend, program, task, inputs, refs, tol, {**label, "run": "repeat"})
+    for index, (a, b) in enumerate(zip(first, second)):
+        agree = compare(b, a, tol / 4)
+        if not agree["passed"]:
+            raise _Failed({**label, "run": "repeat", "output": index, "passed": False,
+                           "reason": f"two runs on the same inputs disagree: {agree['reason']}"})
+    # new values at the same addresses: a cache keyed by pointer or shape returns stale results
+    fresh = make_inputs(task, seed + 1000, distribution)
+    for buffer, array in zip(inputs, fresh):
+        backend.copy_into(buffer, array)
+    fresh_refs = task.reference(fresh)
+    _run_and_check(backend, program, task, inputs, fresh_refs, tol, {**label, "run": "in-place new values"})
+    return [{**label, "passed": True, "runs": ["fresh", "repeat", "in-place new values"],
+             **{k: v for k, v in compare(first[0], refs[0], tol).items() if k != "passed"}}]
+
+
+def floor_violation(seconds: float, floor_seconds: float) -> str | None:
+    """Check 7: faster than physics allows is a bug or a cheat."""
+    if floor_seconds > 0 and seconds < floor_seconds * FLOOR_SLACK:
+        return (f"measured {seconds * 1e6:.2f} us is below the roofline floor "
+                f"{floor_seconds * 1e6:.2f} us: impossible, rejected")
+    return None

@@ -1,0 +1,86 @@
+"""The gate's regression corpus: each cheat or bug is rejected with the right reason, a correct
+kernel is accepted. Every file in tests/gate_corpus/ states what the gate must say about it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from portkern.backends.base import Candidate, Variant
+from portkern.backends.kernel_module import read_header
+from portkern.hwprofile import load_target
+from portkern.measure import MeasureOptions
+from portkern.search.worker import IsolatedRunner, TrialJob
+from portkern.synthetic import softmax_task
+from portkern.verify import GateOptions, compare, floor_violation
+
+CORPUS = Path(__file__).parent / "gate_corpus"
+FAST_MEASURE = MeasureOptions(warmup=1, repeats=3, input_sets=2)
+
+
+def _variant(path: Path) -> Variant:
+    source = path.read_text()
+    header = read_header(source)
+    # built without the static check on purpose: the worker must apply it itself
+    return Variant(name=path.stem, kind=header["KIND"], backend="triton", source=source,
+                   space={k: tuple(v) for k, v in header["SPACE"].items()}, default=header["DEFAULT"],
+                   precision=header["PRECISION"], origin="llm")
+
+
+def _expectation(path: Path) -> tuple[str, str]:
+    first = path.read_text().splitlines()[0]
+    assert first.startswith("# expect: "), f"{path.name} must start with '# expect: STATUS[: reason]'"
+    status, _, reason = first[len("# expect: "):].partition(": ")
+    return status.strip(), reason.strip()
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory):
+    with IsolatedRunner(load_target("h200"), timeout_s=60, scratch=tmp_path_factory.mktemp("scratch")) as r:
+        yield r
+
+
+@pytest.mark.parametrize("path", sorted(CORPUS.glob("*.py")), ids=lambda p: p.stem)
+def test_corpus(path: Path, runner: IsolatedRunner) -> None:
+    status, reason = _expectation(path)
+    task = softmax_task(6, 37, "float32")
+    variant = _variant(path)
+    job = TrialJob(task=task, candidate=Candidate.of(variant, variant.default), floor_seconds=1e-9,
+                   gate=GateOptions(), measure=FAST_MEASURE)
+    if status == "timeout":
+        runner.timeout_s = 20
+    try:
+        record, artifact = runner.run(job)
+    finally:
+        runner.timeout_s = 60
+    assert record.status == status, f"{path.name}: {record.status}: {record.reason}"
+    assert reason.lower() in record.reason.lower(), record.reason
+    if status == "ok":
+        assert artifact is not None and record.verdict is not None and record.verdict.passed
+        assert record.measurement is not None and record.measurement.median > 0
+        assert len(record.verdict.checks) == len(GateOptions().seeds)
+
+
+def test_time_below_floor_is_rejected(runner: IsolatedRunner) -> None:
+    variant = _variant(CORPUS / "correct.py")
+    task = softmax_task(6, 37, "float32")
+    job = TrialJob(task=task, candidate=Candidate.of(variant, variant.default), floor_seconds=1e3,
+                   measure=FAST_MEASURE)
+    record, _ = runner.run(job)
+    assert record.status == "rejected" and "below the roofline floor" in record.reason
+
+
+def test_compare_catches_a_local_error_that_l2_hides() -> None:
+    import numpy as np
+
+    ref = np.random.default_rng(0).standard_normal(100_000)
+    out = ref.copy()
+    out[-1] += 0.5  # one wrong element at the tail: tiny in L2, large locally
+    result = compare(out, ref, 1e-5)
+    assert not result["passed"] and "max error" in result["reason"]
+    assert compare(ref.astype(np.float32), ref, 1e-5)["passed"]
+
+
+def test_floor_violation() -> None:
+    assert floor_violation(1e-6, 2e-6) is not None
+    assert floor_violation(3e-6, 2e-6) is None
