@@ -124,8 +124,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         return _inspect_pack(path, args.json)
     from .partition import partition, summarize
 
-    graph = _load(args)
     target = load_target(args.target)
+    graph = _load(args)
     tasks = summarize(partition(graph))
     data = []
     for task, count in tasks:
@@ -177,9 +177,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from .partition import partition, summarize
     from .profile import profile_tasks, write_trace
 
+    backend = get_backend(load_target(args.target, args.backend))
     graph = _load(args)
     tasks = partition(graph)
-    backend = get_backend(load_target(args.target, args.backend))
     profiles = profile_tasks(summarize(tasks), backend)
     if args.trace:
         write_trace(tasks, profiles, args.trace)

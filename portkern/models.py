@@ -12,6 +12,7 @@ import json
 import math
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -104,33 +105,59 @@ def randomize_weights(model: onnx.ModelProto, seed: int) -> onnx.ModelProto:
 
 
 def _calibrated(model: onnx.ModelProto, seed: int) -> onnx.ModelProto:
-    """Run the model once in the executor, fixing BN statistics and weight scales on the way."""
-    from .executor import run_nodes
-    from .onnx_import import load_model
+    """Run the model once in the executor, fixing BN statistics and weight scales on the way.
 
-    graph = load_model(model)
-    initializers = {t.name for t in model.graph.initializer}
-    env = dict(graph.constants)
-    env.update(random_feeds(graph, seed))
+    It runs the model's own nodes (not the folded graph) so that a weight reached through a
+    Reshape or Transpose of an initializer can be traced back to that initializer and rescaled.
+    """
+    from .executor import run_nodes
+    from .onnx_import import load_model, node_from_proto
+
+    feeds = random_feeds(load_model(model), seed)
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    initializers = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    env: dict[str, np.ndarray] = {**initializers, **feeds}
+    nodes = [node_from_proto(n) for n in model.graph.node]
+    producers = {out: node for node in nodes for out in node.outputs}
     updated: dict[str, np.ndarray] = {}
-    for node in graph.nodes:
-        if node.op_type == "BatchNormalization" and set(node.inputs[3:5]) <= initializers:
+    for node in nodes:
+        if node.op_type == "BatchNormalization" and set(node.inputs[3:5]) <= set(initializers):
             x = env[node.inputs[0]]
             axes = (0,) + tuple(range(2, x.ndim))
             for name, stat in zip(node.inputs[3:5], (x.mean(axis=axes), x.var(axis=axes))):
                 env[name] = updated[name] = stat.astype(env[name].dtype)
-        run_nodes([node], env, graph.opset)
-        weight_names = [n for n in node.inputs[1:3] if n in initializers]
-        if node.op_type in ("Conv", "Gemm", "MatMul") and node.inputs[1] in weight_names:
-            spread = float(np.std(env[node.outputs[0]]))
-            if spread > 0:
-                for name in weight_names:
-                    env[name] = updated[name] = (env[name] / spread).astype(env[name].dtype)
-                run_nodes([node], env, graph.opset)
+        run_nodes([node], env, opset)
+        if node.op_type not in ("Conv", "Gemm", "MatMul"):
+            continue
+        sources = {name: _source_initializer(name, producers, initializers)
+                   for name in node.inputs[1:3] if name}
+        spread = float(np.std(env[node.outputs[0]]))
+        if sources.get(node.inputs[1]) is None or spread == 0:
+            continue
+        for name, source in sources.items():
+            if source is not None:  # linear pass-through: scaling the source scales the input
+                env[name] = env[name] / np.asarray(spread, dtype=env[name].dtype)
+                updated[source] = env[source] = env[source] / np.asarray(spread, env[source].dtype)
+        run_nodes([node], env, opset)
     for tensor in model.graph.initializer:
         if tensor.name in updated:
             tensor.CopyFrom(numpy_helper.from_array(updated[tensor.name], tensor.name))
     return model
+
+
+# ops that only move a weight's elements: a weight read through them is a scaled initializer
+_LINEAR_MOVES = frozenset({"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Flatten", "Identity"})
+
+
+def _source_initializer(name: str, producers: dict[str, Any],
+                        initializers: dict[str, np.ndarray]) -> str | None:
+    """The initializer a value is a reshaping of, or None when it is computed otherwise."""
+    while name not in initializers:
+        node = producers.get(name)
+        if node is None or node.op_type not in _LINEAR_MOVES:
+            return None
+        name = node.inputs[0]
+    return name
 
 
 def _random_weights(model: onnx.ModelProto, seed: int) -> onnx.ModelProto:
@@ -218,7 +245,8 @@ def export_bert(path: str | Path = DEFAULT_CACHE_DIR, *, layers: int = 2, hidden
     handle, tmp_name = tempfile.mkstemp(suffix=".onnx", dir=directory)
     os.close(handle)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the legacy exporter's deprecation/tracer notes
             torch.onnx.export(
                 wrapper, (input_ids, attention_mask), tmp_name,
                 input_names=["input_ids", "attention_mask"],

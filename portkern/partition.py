@@ -103,7 +103,10 @@ Expr = tuple[tuple[Any, ...], ...]
 
 def evaluate_expr(expr: Expr, inputs: Sequence[np.ndarray]) -> np.ndarray:
     """The numpy meaning of an elementwise expression (float64 unless a step casts)."""
-    values: dict[str, Any] = {f"in{i}": np.asarray(x) for i, x in enumerate(inputs)}
+    values: dict[str, Any] = {}
+    for index, value in enumerate(inputs):
+        value = np.asarray(value)
+        values[f"in{index}"] = value.astype(np.float64) if value.dtype.kind == "f" else value
 
     def operand(ref: Any) -> Any:
         return values[ref] if isinstance(ref, str) else ref
@@ -164,11 +167,15 @@ class _Context:
         return self.graph.values[name].shape
 
     def scalar(self, name: str) -> float | None:
-        """The value of a one-element constant, canonicalised at its dtype; None otherwise."""
+        """A one-element constant as written in an expression (canonical at its dtype), else None."""
         value = self.graph.constants.get(name)
         if value is None or value.size != 1 or value.dtype.kind not in "fiu":
             return None
         return canonical_float(value, value.dtype.name)
+
+    def exact_scalar(self, name: str) -> float | None:
+        """A one-element constant's exact value, for arithmetic (scales) before canonicalising."""
+        return None if self.scalar(name) is None else float(self.graph.constants[name].reshape(())[()])
 
     def sole_user(self, value: str, *op_types: str) -> Node | None:
         """The one unclaimed consumer of an intermediate value (of one of `op_types`)."""
@@ -244,8 +251,9 @@ def _clip_bounds(ctx: _Context, node: Node) -> tuple[float | None, float | None]
     if "min" in node.attrs or "max" in node.attrs:  # opset < 11
         low, high = node.attrs.get("min"), node.attrs.get("max")
         return (None if low is None else canonical_float(low), None if high is None else canonical_float(high))
-    names = list(node.inputs[1:3]) + [""] * (3 - len(node.inputs))
-    return tuple(ctx.scalar(name) if name else None for name in names[:2])  # type: ignore[return-value]
+    low, high = (ctx.scalar(node.inputs[index]) if index < len(node.inputs) and node.inputs[index] else None
+                 for index in (1, 2))
+    return low, high
 
 
 def _is_elementwise(ctx: _Context, node: Node) -> bool:
@@ -392,14 +400,12 @@ def _peel_operand(ctx: _Context, value: str, consumer: Node, allow_transpose: bo
         node = ctx.producer.get(value)
         if node is None or id(node) in ctx.claimed or ctx.sole_user(value) is not (nodes[-1] if nodes else consumer):
             break
-        if node.op_type in ("Mul", "Div") and len(node.inputs) == 2 and ctx.scalar(node.inputs[1]) is not None:
-            factor = ctx.scalar(node.inputs[1]) or 0.0
-            if factor == 0.0:
-                break
+        if node.op_type in ("Mul", "Div") and len(node.inputs) == 2 and ctx.exact_scalar(node.inputs[1]):
+            factor = ctx.exact_scalar(node.inputs[1]) or 1.0
             scale = scale * factor if node.op_type == "Mul" else scale / factor
             value = node.inputs[0]
-        elif node.op_type == "Mul" and ctx.scalar(node.inputs[0]) is not None:
-            scale *= ctx.scalar(node.inputs[0]) or 0.0
+        elif node.op_type == "Mul" and ctx.exact_scalar(node.inputs[0]):
+            scale *= ctx.exact_scalar(node.inputs[0]) or 1.0
             value = node.inputs[1]
         elif allow_transpose and not transposed and node.op_type == "Transpose" \
                 and _swaps_last_two(node.attrs.get("perm"), len(ctx.shape(value))):
@@ -438,8 +444,8 @@ def _match_attention(ctx: _Context, scores_mm: Node) -> _Match | None:
     if ctx.shape(cur) != scores_shape:
         return None
     while (node := ctx.sole_user(cur, "Mul", "Div")) is not None:
-        factor = ctx.scalar(ctx.other_input(node, cur) or "")
-        if factor is None or factor == 0.0 or (node.op_type == "Div" and node.inputs[0] != cur):
+        factor = ctx.exact_scalar(ctx.other_input(node, cur) or "")
+        if not factor or (node.op_type == "Div" and node.inputs[0] != cur):
             break
         scale = scale * factor if node.op_type == "Mul" else scale / factor
         nodes.append(node)
@@ -490,7 +496,7 @@ def _match_bmm(ctx: _Context, node: Node) -> _Match | None:
         return None
     nodes, out, scale = [node], node.outputs[0], 1.0
     scaler = ctx.sole_user(out, "Mul", "Div")
-    factor = ctx.scalar(ctx.other_input(scaler, out) or "") if scaler else None
+    factor = ctx.exact_scalar(ctx.other_input(scaler, out) or "") if scaler else None
     if scaler and factor and not (scaler.op_type == "Div" and scaler.inputs[0] != out):
         scale = factor if scaler.op_type == "Mul" else 1.0 / factor
         nodes.append(scaler)
@@ -518,11 +524,12 @@ def _reduce_axes(ctx: _Context, node: Node) -> tuple[int, ...] | None:
     return tuple(sorted({int(a) % rank for a in axes}))
 
 
-def _is_last_axis_mean(ctx: _Context, node: Node | None) -> bool:
+def _last_axis_mean(ctx: _Context, node: Node | None) -> Node | None:
+    """`node` when it is a ReduceMean over the last axis that keeps dims."""
     if node is None or node.op_type != "ReduceMean":
-        return False
+        return None
     rank = len(ctx.shape(node.inputs[0]))
-    return _reduce_axes(ctx, node) == (rank - 1,) and node.attrs.get("keepdims", 1) == 1
+    return node if _reduce_axes(ctx, node) == (rank - 1,) and node.attrs.get("keepdims", 1) == 1 else None
 
 
 def _square_of(ctx: _Context, node: Node, value: str) -> bool:
@@ -535,7 +542,7 @@ def _match_normalize(ctx: _Context, mean_square: str, value: str
                      ) -> tuple[list[Node], float, str] | None:
     """Add eps -> Sqrt -> (Div(value, std) | value * Reciprocal(std)): (nodes, eps, normalized)."""
     add = ctx.sole_user(mean_square, *_ADDS)
-    eps = ctx.scalar(ctx.other_input(add, mean_square) or "") if add else None
+    eps = ctx.exact_scalar(ctx.other_input(add, mean_square) or "") if add else None
     sqrt = ctx.sole_user(add.outputs[0], "Sqrt") if add else None
     if add is None or eps is None or sqrt is None:
         return None
@@ -570,7 +577,7 @@ def _norm_match(ctx: _Context, kind: str, x: str, nodes: list[Node], eps: float,
 
 def _match_layernorm_primitive(ctx: _Context, mean: Node) -> _Match | None:
     x = mean.inputs[0]
-    if not _is_last_axis_mean(ctx, mean) or not ctx.is_float(x):
+    if _last_axis_mean(ctx, mean) is None or not ctx.is_float(x):
         return None
     sub = ctx.sole_user(mean.outputs[0], "Sub")
     if sub is None or list(sub.inputs) != [x, mean.outputs[0]]:
@@ -580,10 +587,10 @@ def _match_layernorm_primitive(ctx: _Context, mean: Node) -> _Match | None:
     squares = [node for node in users if _square_of(ctx, node, centered)]
     if len(users) != 2 or len(squares) != 1 or centered in ctx.graph_outputs:
         return None
-    var = ctx.sole_user(squares[0].outputs[0])
-    if not _is_last_axis_mean(ctx, var):
+    var = _last_axis_mean(ctx, ctx.sole_user(squares[0].outputs[0]))
+    if var is None:
         return None
-    normalized = _match_normalize(ctx, var.outputs[0], centered)  # type: ignore[union-attr]
+    normalized = _match_normalize(ctx, var.outputs[0], centered)
     if normalized is None:
         return None
     norm_nodes, eps, cur = normalized
@@ -592,7 +599,7 @@ def _match_layernorm_primitive(ctx: _Context, mean: Node) -> _Match | None:
     shifted = _affine(ctx, scaled[0].outputs[0], _ADDS, n) if scaled else None
     if scaled is None or shifted is None:
         return None
-    nodes = [mean, sub, squares[0], var, *norm_nodes, scaled[0], shifted[0]]  # type: ignore[list-item]
+    nodes = [mean, sub, squares[0], var, *norm_nodes, scaled[0], shifted[0]]
     return _norm_match(ctx, "layernorm", x, nodes, eps, shifted[0].outputs[0], [scaled[1], shifted[1]])
 
 
@@ -600,17 +607,17 @@ def _match_rmsnorm(ctx: _Context, square: Node) -> _Match | None:
     x = square.inputs[0]
     if not _square_of(ctx, square, x) or not ctx.is_float(x):
         return None
-    mean = ctx.sole_user(square.outputs[0])
-    if not _is_last_axis_mean(ctx, mean):
+    mean = _last_axis_mean(ctx, ctx.sole_user(square.outputs[0]))
+    if mean is None:
         return None
-    normalized = _match_normalize(ctx, mean.outputs[0], x)  # type: ignore[union-attr]
+    normalized = _match_normalize(ctx, mean.outputs[0], x)
     if normalized is None:
         return None
     norm_nodes, eps, cur = normalized
     scaled = _affine(ctx, cur, ("Mul",), ctx.shape(x)[-1])
     if scaled is None:
         return None
-    nodes = [square, mean, *norm_nodes, scaled[0]]  # type: ignore[list-item]
+    nodes = [square, mean, *norm_nodes, scaled[0]]
     return _norm_match(ctx, "rmsnorm", x, nodes, eps, scaled[0].outputs[0], [scaled[1]])
 
 
@@ -791,7 +798,10 @@ def _to_task(ctx: _Context, match: _Match) -> Task | None:
     """The Task of a match, or None when the group is not self-contained."""
     if not ctx.closed(match.covers, match.output):
         return None
-    nodes = match.nodes if match.nodes is not None else match.covers
+    # graph order: the last node is the task's place in the graph (where a runtime runs its kernel)
+    nodes = match.nodes if match.nodes is not None else sorted(match.covers, key=lambda n: ctx.position[id(n)])
+    if not match.inputs:
+        return None  # computes on constants only: nothing for a kernel to read
     made = {name for node in nodes for name in node.outputs if name}
     constants: dict[str, np.ndarray] = dict(match.folded)
     for node in nodes:
@@ -824,13 +834,11 @@ def partition(graph: Graph) -> list[Task]:
     ctx = _Context(graph)
     placed: list[tuple[int, Task]] = []
 
-    def claim(match: _Match | None) -> bool:
+    def claim(match: _Match | None) -> None:
         task = _to_task(ctx, match) if match is not None else None
-        if task is None:
-            return False
-        ctx.claimed.update(id(node) for node in match.covers)  # type: ignore[union-attr]
-        placed.append((max(ctx.position[id(node)] for node in match.covers), task))  # type: ignore[union-attr]
-        return True
+        if match is not None and task is not None:
+            ctx.claimed.update(id(node) for node in match.covers)
+            placed.append((max(ctx.position[id(node)] for node in match.covers), task))
 
     for node in graph.nodes:
         anchor = _ANCHORS.get(node.op_type)

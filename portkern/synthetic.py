@@ -8,7 +8,8 @@ runs through the executor like any model task.
 
 Shapes the builders choose (they match what BERT/ResNet exports contain):
   attention  q (B,H,S,D), k (B,H,D,Sk) if k_transposed else (B,H,Sk,D) (+ Transpose), v (B,H,Sk,D),
-             scores divided by sqrt(D), mask (B,1,1,Sk) additive, causal as a constant mask
+             scores times 1/sqrt(D), mask (B,1,S,Sk) additive (what transformers' BERT exports
+             feed), causal as a constant mask of the dtype's lowest value above the diagonal
   gemm gelu  the erf form x * (1 + erf(x / sqrt 2)) * 0.5; gelu_tanh the tanh form; silu x*sigmoid(x)
 """
 from __future__ import annotations
@@ -33,8 +34,12 @@ class SyntheticTaskError(PortkernError):
     """A builder was asked for a task it cannot express."""
 
 
-class _GraphBuilder:
-    """Appends nodes with their output specs; every tensor input is a runtime graph input."""
+class GraphBuilder:
+    """A tiny Graph written by hand: nodes with their output specs, tensors as runtime inputs.
+
+    Public so tests can spell a subgraph the way some exporter does and check what partition
+    makes of it; `task(output)` insists on exactly one task.
+    """
 
     def __init__(self, name: str, dtype: str) -> None:
         self.name = name
@@ -63,17 +68,19 @@ class _GraphBuilder:
         self.values[out] = TensorSpec(tuple(int(d) for d in shape), dtype or self.dtype)
         return out
 
+    def graph(self, outputs: Sequence[str], opset: int = SYNTHETIC_OPSET) -> Graph:
+        return Graph(self.name, self.nodes, self.inputs, list(outputs), self.values, self.constants,
+                     opset, model_hash=f"synthetic:{self.name}")
+
     def task(self, output: str, opset: int = SYNTHETIC_OPSET) -> Task:
-        graph = Graph(self.name, self.nodes, self.inputs, [output], self.values, self.constants,
-                      opset, model_hash=f"synthetic:{self.name}")
-        tasks = partition(graph)
+        tasks = partition(self.graph([output], opset))
         if len(tasks) != 1:
             kinds = ", ".join(task.kind for task in tasks) or "none"
             raise SyntheticTaskError(f"synthetic {self.name} partitions into {len(tasks)} tasks ({kinds}), not one")
         return tasks[0]
 
 
-def _activation(builder: _GraphBuilder, x: str, activation: str) -> str:
+def _activation(builder: GraphBuilder, x: str, activation: str) -> str:
     """The nodes an exporter emits for an activation, on x."""
     shape = builder.values[x].shape
     if activation == "none":
@@ -102,7 +109,7 @@ def gemm_task(m: int, n: int, k: int, dtype: str = "float32", *, activation: str
               bias: bool = False, residual: bool = False, trans_b: bool = False,
               batch: Sequence[int] = ()) -> Task:
     """a (*batch,M,K) @ b (K,N) [+ bias] [-> act] [+ residual]; trans_b: a Gemm op with b (N,K)."""
-    builder = _GraphBuilder("gemm", dtype)
+    builder = GraphBuilder("gemm", dtype)
     out_shape = (*batch, m, n)
     a = builder.input("a", (*batch, m, k))
     if trans_b:
@@ -122,7 +129,7 @@ def gemm_task(m: int, n: int, k: int, dtype: str = "float32", *, activation: str
 
 def bmm_task(b: int, m: int, n: int, k: int, dtype: str = "float32") -> Task:
     """a (B,M,K) @ b (B,K,N)."""
-    builder = _GraphBuilder("bmm", dtype)
+    builder = GraphBuilder("bmm", dtype)
     y = builder.op("MatMul", [builder.input("a", (b, m, k)), builder.input("b", (b, k, n))], (b, m, n))
     return builder.task(y)
 
@@ -130,8 +137,8 @@ def bmm_task(b: int, m: int, n: int, k: int, dtype: str = "float32") -> Task:
 def attention_task(batch: int, heads: int, seq: int, head_dim: int, dtype: str = "float32", *,
                    seq_kv: int | None = None, mask: bool = False, causal: bool = False,
                    k_transposed: bool = False) -> Task:
-    """softmax(q @ k^T / sqrt(D) [+ mask] [+ causal]) @ v, as BERT-style exports spell it."""
-    builder = _GraphBuilder("attention", dtype)
+    """softmax(q @ k^T * (1/sqrt(D)) [+ mask] [+ causal]) @ v, as BERT-style exports spell it."""
+    builder = GraphBuilder("attention", dtype)
     sk = seq if seq_kv is None else seq_kv
     if causal and sk < seq:
         raise SyntheticTaskError(f"causal attention needs seq_kv >= seq (got {sk} < {seq})")
@@ -144,9 +151,9 @@ def attention_task(batch: int, heads: int, seq: int, head_dim: int, dtype: str =
     v = builder.input("v", (batch, heads, sk, head_dim))
     scores_shape = (batch, heads, seq, sk)
     scores = builder.op("MatMul", [q, kt], scores_shape)
-    scores = builder.op("Div", [scores, builder.constant(math.sqrt(head_dim))], scores_shape)
+    scores = builder.op("Mul", [scores, builder.constant(1.0 / math.sqrt(head_dim))], scores_shape)
     if mask:
-        scores = builder.op("Add", [scores, builder.input("mask", (batch, 1, 1, sk))], scores_shape)
+        scores = builder.op("Add", [scores, builder.input("mask", (batch, 1, seq, sk))], scores_shape)
     if causal:
         allowed = np.arange(sk)[None, :] <= np.arange(seq)[:, None] + (sk - seq)
         lowest = ml_dtypes.finfo(dtype).min
@@ -156,19 +163,19 @@ def attention_task(batch: int, heads: int, seq: int, head_dim: int, dtype: str =
 
 
 def softmax_task(rows: int, cols: int, dtype: str = "float32") -> Task:
-    builder = _GraphBuilder("softmax", dtype)
+    builder = GraphBuilder("softmax", dtype)
     return builder.task(builder.op("Softmax", [builder.input("x", (rows, cols))], (rows, cols), axis=-1))
 
 
 def layernorm_task(rows: int, cols: int, dtype: str = "float32", eps: float = 1e-5) -> Task:
-    builder = _GraphBuilder("layernorm", dtype)
+    builder = GraphBuilder("layernorm", dtype)
     operands = [builder.input("x", (rows, cols)), builder.input("gamma", (cols,)), builder.input("beta", (cols,))]
     return builder.task(builder.op("LayerNormalization", operands, (rows, cols), axis=-1, epsilon=float(eps)))
 
 
 def rmsnorm_task(rows: int, cols: int, dtype: str = "float32", eps: float = 1e-6) -> Task:
     """x / sqrt(mean(x^2) + eps) * gamma, in the primitive form exporters emit."""
-    builder = _GraphBuilder("rmsnorm", dtype)
+    builder = GraphBuilder("rmsnorm", dtype)
     x = builder.input("x", (rows, cols))
     square = builder.op("Pow", [x, builder.constant(2.0)], (rows, cols))
     mean = builder.op("ReduceMean", [square], (rows, 1), axes=[-1], keepdims=1)
@@ -190,7 +197,7 @@ def elementwise_task(shape: Sequence[int], dtype: str, expr: Sequence[Sequence[A
     A "where" condition input is boolean; the result's attrs["expr"] is the expression as a model
     would spell it (scalars at the dtype's shortest round-trip decimal).
     """
-    builder = _GraphBuilder("elementwise", dtype)
+    builder = GraphBuilder("elementwise", dtype)
     refs: dict[str, str] = {}
 
     def operand(ref: Any, condition: bool = False) -> str:
@@ -236,7 +243,7 @@ _REDUCE_OPS = {"sum": "ReduceSum", "mean": "ReduceMean", "max": "ReduceMax", "mi
 def reduce_task(shape: Sequence[int], dtype: str, op: str, axes: Sequence[int], keepdims: bool = True) -> Task:
     if op not in _REDUCE_OPS:
         raise SyntheticTaskError(f"unknown reduction '{op}' (one of {', '.join(_REDUCE_OPS)})")
-    builder = _GraphBuilder("reduce", dtype)
+    builder = GraphBuilder("reduce", dtype)
     x = builder.input("x", shape)
     rank = len(shape)
     reduced = {a % rank for a in axes} if axes else set(range(rank))
@@ -270,7 +277,7 @@ def conv2d_task(n: int, c: int, h: int, w: int, oc: int, kh: int, kw: int, dtype
     if c % group or oc % group:
         raise SyntheticTaskError(f"group {group} must divide channels {c} and {oc}")
     (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(pad), _pair(dilation)
-    builder = _GraphBuilder("conv2d", dtype)
+    builder = GraphBuilder("conv2d", dtype)
     out_shape = (n, oc, _window_out(h, kh, sh, ph, dh), _window_out(w, kw, sw, pw, dw))
     operands = [builder.input("x", (n, c, h, w)), builder.input("w", (oc, c // group, kh, kw))]
     if bias:
@@ -285,7 +292,7 @@ def conv2d_task(n: int, c: int, h: int, w: int, oc: int, kh: int, kw: int, dtype
 def pool_task(n: int, c: int, h: int, w: int, op: str, kernel: int | Sequence[int] = 2,
               stride: int | Sequence[int] = 2, pad: int | Sequence[int] = 0, dtype: str = "float32") -> Task:
     """max | avg (count_include_pad=0, the ONNX default) | global_avg (kernel/stride/pad unused)."""
-    builder = _GraphBuilder("pool", dtype)
+    builder = GraphBuilder("pool", dtype)
     x = builder.input("x", (n, c, h, w))
     if op == "global_avg":
         return builder.task(builder.op("GlobalAveragePool", [x], (n, c, 1, 1)))

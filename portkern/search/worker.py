@@ -126,13 +126,18 @@ class IsolatedRunner:
         if not parent.poll(self.START_TIMEOUT_S):
             self._stop()
             raise TargetError(f"the {self.target.backend} worker did not start in {self.START_TIMEOUT_S:.0f} s")
-        kind, payload = parent.recv()
+        try:
+            kind, payload = parent.recv()
+        except (EOFError, OSError):
+            code = self._process.exitcode
+            self._stop()
+            raise TargetError(f"the {self.target.backend} worker died while starting (exit code {code})") from None
         if kind == "error":
             self._stop()
             raise TargetError(f"the {self.target.backend} worker could not start: {payload}")
 
     def _stop(self) -> None:
-        if self._process is not None:
+        if self._process is not None and self._process.pid is not None:
             self._process.kill()
             self._process.join(timeout=10)
         if self._conn is not None:
@@ -151,7 +156,10 @@ class IsolatedRunner:
                 kind, payload = self._conn.recv()
                 return payload
         except (EOFError, OSError):
-            code = self._process.exitcode if self._process is not None else None
+            code = None
+            if self._process is not None:
+                self._process.join(timeout=5)
+                code = self._process.exitcode
             self._stop()
             return self._failed(job, "runtime_error", f"worker process died (exit code {code})", started)
         self._stop()

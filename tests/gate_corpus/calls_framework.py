@@ -1,4 +1,4 @@
-# expect: compile_error: torch
+# expect: invalid: torch
 # Calls the op it replaces through the framework.
 import triton
 import triton.language as tl

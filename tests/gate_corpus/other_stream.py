@@ -1,4 +1,4 @@
-# expect: compile_error: Stream
+# expect: invalid: Stream
 # Launches on a side stream so a timer on the default stream stops early.
 import triton
 import triton.language as tl

@@ -1,4 +1,4 @@
-# expect: compile_error: threading
+# expect: invalid: threading
 # Runs the kernel on a background thread so the call returns before the work is done.
 import triton
 import triton.language as tl

@@ -1,5 +1,5 @@
-# expect: runtime_error: RuntimeError
-# Raises inside launch.
+# expect: compile_error: illegal memory access
+# Raises inside launch (caught when the backend records its launches, before any timing).
 import triton
 import triton.language as tl
 

@@ -13,16 +13,17 @@ A reply is answered to one POST /v1/chat/completions, in order; its fields:
     content       the assistant message verbatim (malformed answers)
     body          the raw HTTP body verbatim (a proxy that does not speak JSON)
     usage         the usage object to report; omitted: the server reports none
+    finish_reason the choice's finish_reason (default "stop"; "length": cut off at max_tokens)
 
 With "reject_response_format" the server answers 400 to any request that carries response_format
 (without using up a reply), as servers without structured output do.
 
-Use it from any test:
+Use it from any test (the search's end-to-end test: the gate must keep only the good kernel):
 
-    with ReplayServer.from_fixtures("syntax_error", "good_softmax") as server:
-        client = ChatClient(server.url, "replay-model")
-        ...
-        server.user_prompts()  # what the client sent
+    with ReplayServer.from_fixtures("syntax_error", "no_tail_mask", "good_softmax") as server:
+        proposer = replay_proposer(server, tmp_path / "llm")   # an LlmProposer on server.url
+        ...                                                    # run the search with it
+        server.user_prompts()                                  # what was sent
 """
 from __future__ import annotations
 
@@ -34,9 +35,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Sequence
 
+from portkern.search.llm import ChatClient, LlmProposer
+
 FIXTURES = Path(__file__).parent
 KERNELS = FIXTURES / "kernels"
 CHAT_PATH = "/v1/chat/completions"
+REPLAY_MODEL = "replay-coder-7b"
+_Answer = tuple[int, dict[str, str], bytes, float]  # status, headers, body, delay
 
 
 def load_fixture(name: str) -> dict[str, Any]:
@@ -45,6 +50,18 @@ def load_fixture(name: str) -> dict[str, Any]:
 
 def kernel_source(file_name: str) -> str:
     return (KERNELS / file_name).read_text(encoding="utf-8")
+
+
+def replay_client(server: "ReplayServer", **options: Any) -> ChatClient:
+    """A client for the replay server with test-sized waits (options override them)."""
+    settings: dict[str, Any] = {"timeout_s": 5, "max_retries": 2, "backoff_s": 0.01, **options}
+    return ChatClient(server.url, REPLAY_MODEL, **settings)
+
+
+def replay_proposer(server: "ReplayServer", transcript_dir: Path, *, client_options: dict[str, Any] | None = None,
+                    **proposer_options: Any) -> LlmProposer:
+    """An LLM proposer talking to the replay server, writing transcripts to `transcript_dir`."""
+    return LlmProposer(replay_client(server, **(client_options or {})), transcript_dir, **proposer_options)
 
 
 @dataclass
@@ -104,7 +121,7 @@ class ReplayServer:
         self._thread.join(timeout=5)
 
     # --- called from the handler thread ----------------------------------------------------------
-    def _answer(self, path: str, headers: dict[str, str], raw_body: bytes) -> tuple[int, dict[str, str], bytes, float]:
+    def _answer(self, path: str, headers: dict[str, str], raw_body: bytes) -> _Answer:
         try:
             body = json.loads(raw_body or b"{}")
         except ValueError:
@@ -124,12 +141,12 @@ class ReplayServer:
         self._stopping.wait(seconds)
 
 
-def _error(status: int, message: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes, float]:
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> _Answer:
     body = json.dumps({"error": {"message": message, "type": "replay_error", "code": status}}).encode()
     return status, {"Content-Type": "application/json", **(headers or {})}, body, 0.0
 
 
-def _render(reply: dict[str, Any], model: str) -> tuple[int, dict[str, str], bytes, float]:
+def _render(reply: dict[str, Any], model: str) -> _Answer:
     """The HTTP answer a reply spec stands for: status, headers, body, delay."""
     status = int(reply.get("status", 200))
     headers = dict(reply.get("headers", {}))
@@ -143,7 +160,8 @@ def _render(reply: dict[str, Any], model: str) -> tuple[int, dict[str, str], byt
     completion: dict[str, Any] = {
         "id": f"chatcmpl-replay-{time.monotonic_ns()}", "object": "chat.completion", "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                     "finish_reason": reply.get("finish_reason", "stop")}],
     }
     if "usage" in reply:
         completion["usage"] = reply["usage"]
@@ -160,7 +178,7 @@ def _kernel_content(reply: dict[str, Any]) -> str:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
-    def do_POST(self) -> None:  # noqa: N802 - the http.server naming
+    def do_POST(self) -> None:
         replay: ReplayServer = self.server.replay  # type: ignore[attr-defined]
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
@@ -178,5 +196,5 @@ class _Handler(BaseHTTPRequestHandler):
             pass  # the client gave up (its time limit): nothing to answer to
         self.close_connection = True
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the http.server signature
+    def log_message(self, format: str, *args: Any) -> None:
         """Quiet: the test reads `requests` instead."""

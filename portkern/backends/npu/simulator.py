@@ -72,9 +72,9 @@ class Chip:
             l2_bytes=limit("l2_bytes"), core_gm_bandwidth=limit("core_gm_bandwidth"),
             mte1_bytes_per_cycle=limit("mte1_bytes_per_cycle"),
             fixpipe_bytes_per_cycle=limit("fixpipe_bytes_per_cycle"),
-            cube_macs_per_cycle={"float16": limit("cube_m") * limit("cube_n") * limit("cube_k"),
-                                 "float32": limit("cube_m") * limit("cube_n") * limit("cube_k")
-                                 * limit("cube_fp32_rate")},
+            # from the profile's peaks, so the model can never run the cube faster than the roofline
+            cube_macs_per_cycle={dtype: profile.peak(dtype) / (2 * limit("cube_cores") * clock)
+                                 for dtype in ("float16", "float32")},
             vector_bytes_per_cycle=limit("vector_bytes_per_cycle"),
             dma_setup_bytes=limit("dma_setup_bytes"),
             unaligned_gm_efficiency=limit("unaligned_gm_efficiency"),
@@ -100,7 +100,7 @@ class Schedule:
     per_tile: Mapping[str, float]  # QUEUES bytes and WORK units of one trip
     transfers: Mapping[str, float]  # DMA instructions per trip, per queue (default 1 if bytes move)
     live: Mapping[str, float]  # MEMORIES bytes live at once in one program (all buffers)
-    tails: tuple[int, ...]  # bytes of the innermost axis of each on-chip tile
+    tails: Mapping[str, tuple[int, ...]]  # per memory ('ub', 'l1'): innermost-axis bytes of each tile
     gm_alignment: int  # the largest power of two <= 512 dividing every GM row start touched
     footprint_bytes: float  # distinct GM bytes the launch touches (what HBM must move)
     cube_dtype: str = "float16"
@@ -123,9 +123,9 @@ class Schedule:
             unknown = set(table) - known
             if unknown:
                 raise ScheduleError(f"schedule {name} has unknown entries {sorted(unknown)}")
-        unknown_memories = set(raw["live"]) - set(MEMORIES)
+        unknown_memories = (set(raw["live"]) | set(raw["tails"])) - set(MEMORIES)
         if unknown_memories:
-            raise ScheduleError(f"schedule live has unknown memories {sorted(unknown_memories)}")
+            raise ScheduleError(f"schedule live/tails name unknown memories {sorted(unknown_memories)}")
         if int(raw["programs"]) < 1 or int(raw["buffers"]) < 1 or int(raw["tiles"]) < 0:
             raise ScheduleError("schedule needs programs >= 1, buffers >= 1, tiles >= 0")
         return cls(
@@ -134,7 +134,8 @@ class Schedule:
             per_tile={k: float(v) for k, v in raw["per_tile"].items()},
             transfers={k: float(v) for k, v in raw.get("transfers", {}).items()},
             live={k: float(v) for k, v in raw["live"].items()},
-            tails=tuple(int(t) for t in raw["tails"]), gm_alignment=int(raw["gm_alignment"]),
+            tails={memory: tuple(int(t) for t in sizes) for memory, sizes in raw["tails"].items()},
+            gm_alignment=int(raw["gm_alignment"]),
             footprint_bytes=float(raw["footprint_bytes"]), cube_dtype=str(raw.get("cube_dtype", "float16")),
             vector_op_bytes=int(raw.get("vector_op_bytes", 4)),
             setup={k: float(v) for k, v in raw.get("setup", {}).items()},
@@ -156,12 +157,14 @@ def violations(schedule: Schedule, chip: Chip) -> list[str]:
         if live > chip.capacity[memory]:
             reasons.append(f"live tiles need {int(live)} B of {memory.upper()} "
                            f"but it holds {int(chip.capacity[memory])} B")
-    alignment = chip.mixed_alignment if schedule.core == "mixed" else chip.ub_alignment
-    kind = "cube+vector" if schedule.core == "mixed" else "on-chip"
-    for tail in schedule.tails:
-        if tail % alignment:
-            reasons.append(f"tile tail axis of {tail} B is not {alignment}-byte aligned ({kind} buffers)")
-            break
+    for memory, tails in schedule.tails.items():
+        # UB tiles of a cube+vector kernel are exchanged with the cube: 512 B; otherwise 32 B
+        alignment = chip.mixed_alignment if memory == "ub" and schedule.core == "mixed" else chip.ub_alignment
+        misaligned = [t for t in tails if t % alignment]
+        if misaligned:
+            kind = "cube+vector kernel" if alignment == chip.mixed_alignment else "on-chip"
+            reasons.append(f"{memory.upper()} tile tail axis of {misaligned[0]} B is not {alignment}-byte aligned "
+                           f"({kind} rule)")
     return reasons
 
 

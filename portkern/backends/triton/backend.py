@@ -28,6 +28,7 @@ variant that cannot serve the task (a GEMV for a large M) is not offered at all.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import platform
@@ -46,9 +47,9 @@ from ...tasks import Task
 from ..base import Artifact, Backend, Candidate, CompileError, Program, Variant
 from ..kernel_module import KernelSourceError, variant_from_source
 from . import baselines
-from .compile_only import ARCH_TARGETS, bundle, compile_for, kernel_report, summarize
-from .modules import (ALLOWED_IMPORTS, BACKEND_NAME, builtin_variants, kernel_module, record_launches,
-                      scratch_specs, torch_dtype)
+from .compile_only import ARCH_TARGETS, bundle, compile_for, compiler_message, kernel_report, summarize
+from .modules import (ALLOWED_IMPORTS, BACKEND_NAME, builtin_variants, interpreted_language, kernel_module,
+                      record_launches, scratch_specs, torch_dtype)
 
 INTERPRETER_BF16 = "bfloat16 needs a GPU: the Triton interpreter's bf16 tl.dot gives wrong results"
 _MAX_WARPS = 32
@@ -66,9 +67,11 @@ class _TritonProgram:
     task: Task
     config: dict[str, Any]
     scratch: list[torch.Tensor]
+    interpret: bool
 
     def __call__(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
-        self.module.launch(self.task, self.config, list(inputs), [*outputs, *self.scratch])
+        with interpreted_language() if self.interpret else contextlib.nullcontext():
+            self.module.launch(self.task, self.config, list(inputs), [*outputs, *self.scratch])
 
 
 @dataclass
@@ -157,7 +160,7 @@ class TritonBackend(Backend):
                                        forward=True)
             self.synchronize()
         except Exception as exc:
-            raise CompileError(f"{type(exc).__name__}: {str(exc).strip()[-4000:]}") from None
+            raise CompileError(compiler_message(exc)) from None
         if not launches:
             raise CompileError("launch() launched no @triton.jit kernel of its module")
         return [kernel_report(launch, launch.compiled, launch.compiled.metadata.target.backend,
@@ -173,7 +176,7 @@ class TritonBackend(Backend):
         except KernelSourceError as exc:
             raise CompileError(str(exc)) from None
         scratch = [self.empty(spec, float("nan")) for spec in scratch_specs(module, task, artifact.config)]
-        return _TritonProgram(module, task, dict(artifact.config), scratch)
+        return _TritonProgram(module, task, dict(artifact.config), scratch, interpret=not self.on_gpu)
 
     def baseline(self, task: Task) -> Program | None:
         compute = baselines.for_task(task)

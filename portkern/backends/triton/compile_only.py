@@ -124,9 +124,18 @@ def compile_launch(launch: Launch, target: GPUTarget) -> dict[str, Any]:
     except CompileError:
         raise
     except Exception as exc:
-        message = str(exc).strip() or type(exc).__name__
-        raise CompileError(f"{launch.name}: {message[-_MAX_MESSAGE:]}") from None
+        raise CompileError(f"{launch.name}: {compiler_message(exc)}") from None
     return kernel_report(launch, compiled, target.backend)
+
+
+def compiler_message(exc: BaseException) -> str:
+    """Triton's message with the causes it chains (the source excerpt alone names no error)."""
+    parts = []
+    current: BaseException | None = exc
+    while current is not None and len(parts) < 4:
+        parts.append(f"{type(current).__name__}: {str(current).strip()}")
+        current = current.__cause__
+    return "\n".join(parts)[-_MAX_MESSAGE:]
 
 
 def kernel_report(launch: Launch, compiled: Any, backend: str, from_driver: bool = False) -> dict[str, Any]:

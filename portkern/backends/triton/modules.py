@@ -5,6 +5,11 @@ Triton decides between its interpreter and its compiler when a function is decor
 import. So a module's text is executed with TRITON_INTERPRET scoped to the exec, and one process can
 hold both an interpreted copy (to run on CPU) and a compilable copy (to cross-compile for a GPU).
 
+Triton's own library (tl.cdiv, tl.max, tl.sum, tl.sigmoid, x.to ... in triton/language/standard.py)
+is decorated once, when triton is imported, so in a process that imported triton with the compiler
+on, an interpreted kernel calling tl.max reaches a compiled JITFunction and fails. `interpreted_language`
+swaps those library functions for interpreted ones for the duration of an interpreted launch.
+
 A built-in kernel file may pull shared device code from an underscore file in kernels/ with a line
 `# include: NAME` (kernels/_NAME.py). Includes are expanded when the library is read, so every
 Variant.source is one self-contained text: what a pack stores and what a proposer reads.
@@ -12,8 +17,10 @@ Variant.source is one self-contained text: what a pack stores and what a propose
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
+import sys
 import threading
 import types
 from dataclasses import dataclass, field
@@ -21,6 +28,7 @@ from importlib import resources
 from typing import Any, Callable, Iterator
 
 import torch
+import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
@@ -89,6 +97,43 @@ def kernel_module(variant: Variant, interpret: bool) -> types.ModuleType:
                 module = load_module(variant, ALLOWED_IMPORTS)
             _MODULES[key] = module
     return module
+
+
+@functools.lru_cache(maxsize=1)
+def _language_patches() -> tuple[tuple[Any, str, Any, Any], ...]:
+    """(owner, attribute, compiled value, interpreted stand-in) for Triton's library functions."""
+    patches = []
+    for name, module in list(sys.modules.items()):
+        if name == "triton.language" or name.startswith("triton.language."):
+            for attr, value in vars(module).items():
+                if isinstance(value, JITFunction):
+                    patches.append((module, attr, value, InterpretedFunction(value.fn)))
+    for attr, value in vars(tl.core.tensor).items():  # x.sum(), x.to(): wrappers closing over a JITFunction
+        cells = getattr(value, "__closure__", None) or ()
+        jitted = [c.cell_contents for c in cells if isinstance(c.cell_contents, JITFunction)]
+        if jitted:
+            patches.append((tl.core.tensor, attr, value, _member(InterpretedFunction(jitted[0].fn))))
+    return tuple(patches)
+
+
+def _member(function: InterpretedFunction) -> Callable[..., Any]:
+    def member(*args: Any, **kwargs: Any) -> Any:
+        return function(*args, **kwargs)
+    return member
+
+
+@contextlib.contextmanager
+def interpreted_language() -> Iterator[None]:
+    """Triton's library functions interpreted while an interpreted kernel runs (see the top)."""
+    with _MODE_LOCK, _triton_mode(interpret=True):  # Triton's lazily imported parts check it too
+        patches = _language_patches()
+        for owner, attr, _, interpreted in patches:
+            setattr(owner, attr, interpreted)
+        try:
+            yield
+        finally:
+            for owner, attr, compiled, _ in patches:
+                setattr(owner, attr, compiled)
 
 
 _TORCH_DTYPES = {

@@ -171,10 +171,9 @@ class TvmBackend(Backend):
 
     # --- identity ------------------------------------------------------------------------------
     def fingerprint(self) -> dict[str, str]:
-        info = tvm.support.libinfo()
         return {
             **super().fingerprint(),
             "tvm": tvm.__version__, "tvm_ffi": tvm_ffi.__version__,
-            "llvm": info.get("LLVM_VERSION", "unknown"), "llvm_target": str(self.llvm_target),
+            "llvm": str(tvm.target.codegen.llvm_version_major()), "llvm_target": str(self.llvm_target),
             "cpu": _host_cpu_model(), "cores": str(self.target.profile.cores),
         }

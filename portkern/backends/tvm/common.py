@@ -12,6 +12,7 @@ The backend builds `Kernel.module` with LLVM for the host and calls it on buffer
 from __future__ import annotations
 
 import itertools
+import random
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -184,6 +185,24 @@ def configs(space: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
     """Every configuration of a space, in a fixed order (for grid search and fallbacks)."""
     names = sorted(space)
     return [dict(zip(names, values)) for values in itertools.product(*(space[n] for n in names))]
+
+
+def sample_valid(space: Mapping[str, Sequence[Any]], count: int, seed: int,
+                 valid: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
+    """Up to `count` distinct valid configurations drawn at random (a seeded random search)."""
+    rng = random.Random(seed)
+    chosen: list[dict[str, Any]] = []
+    seen: set[tuple[tuple[str, Any], ...]] = set()
+    for _ in range(200 * count):
+        if len(chosen) >= count:
+            break
+        config = {name: rng.choice(list(choices)) for name, choices in space.items()}
+        key = tuple(sorted(config.items()))
+        if key not in seen:
+            seen.add(key)
+            if valid(config):
+                chosen.append(config)
+    return chosen
 
 
 def nearest_valid(default: Mapping[str, Any], space: Mapping[str, Sequence[Any]],

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
+import tvm
 from tvm import s_tir, te
 
 from ...hwprofile import Target
@@ -89,7 +90,7 @@ def schedule(task: Task, config: Mapping[str, Any], target: Target) -> Kernel:
             j = jo * tile_n + ji
             if padded_n == n:
                 return b_at(kk, j)
-            return te.if_then_else(j < n, b_at(kk, clamp(j, n)), 0.0)
+            return te.if_then_else(j < n, b_at(kk, clamp(j, n)), tvm.tirx.const(0.0, "float32"))
 
         packed = te.compute((padded_n // tile_n, k, tile_n), pack, name="b_packed")
 

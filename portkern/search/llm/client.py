@@ -95,6 +95,7 @@ class ChatReply:
     attempts: int  # HTTP attempts this reply took (retries and the structured-output fallback)
     elapsed_s: float
     raw: dict[str, Any] = field(default_factory=dict)  # the response body as received
+    finish_reason: str = ""  # 'stop', or 'length' when the answer hit max_tokens
 
 
 @dataclass(frozen=True)
@@ -212,14 +213,19 @@ class ChatClient:
             self.budget.charge(prompt_tokens)
             raise self._error(f"the answer is not JSON: {one_line(response.body.decode('utf-8', 'replace'), 120)}",
                               attempts) from None
-        content = _message_content(body)
-        if content is None:
+        choice = _first_choice(body)
+        if choice is None:
             self.budget.charge(prompt_tokens)
-            raise self._error("the answer has no choices[0].message.content", attempts)
+            raise self._error(f"the answer has no choices: {one_line(json.dumps(body), 120)}", attempts)
+        message = choice.get("message")
+        text = message.get("content") if isinstance(message, dict) else None
+        # an empty or missing content (a refusal, a cut-off answer) is the model's failure, not the endpoint's
+        content = text if isinstance(text, str) else ""
         tokens, reported = _usage_tokens(body, prompt_tokens, content)
         self.budget.charge(tokens)
         return ChatReply(content=content, tokens=tokens, usage_reported=reported, structured=structured,
-                         attempts=attempts, elapsed_s=time.monotonic() - start, raw=body)
+                         attempts=attempts, elapsed_s=time.monotonic() - start, raw=body,
+                         finish_reason=str(choice.get("finish_reason") or ""))
 
     # --- HTTP --------------------------------------------------------------------------------------
     def _payload(self, messages: Sequence[Message], structured: bool, answer_tokens: int) -> bytes:
@@ -305,12 +311,11 @@ def _limit_socket(connection: http.client.HTTPConnection, deadline: float) -> No
         connection.sock.settimeout(remaining)
 
 
-def _message_content(body: Any) -> str | None:
-    try:
-        content = body["choices"][0]["message"]["content"]
-    except (KeyError, IndexError, TypeError):
-        return None
-    return content if isinstance(content, str) else None
+def _first_choice(body: Any) -> dict[str, Any] | None:
+    choices = body.get("choices") if isinstance(body, dict) else None
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        return choices[0]
+    return None
 
 
 def _usage_tokens(body: dict[str, Any], prompt_tokens: int, content: str) -> tuple[int, bool]:

@@ -8,6 +8,7 @@ words, the static check's reason, or the gate's per-seed errors).
 from __future__ import annotations
 
 import inspect
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from ...backends import kernel_module
 from ...backends.base import Backend
 from ...backends.kernel_module import KernelSourceError, read_header
 from ...errors import PortkernError
+from ...ir import TensorSpec
 from ...tasks import Task
 from ..proposers import Feedback
 from ..records import TrialRecord
@@ -28,6 +30,7 @@ from .client import Message
 _MAX_SOURCE_CHARS = 12_000  # one kernel in a prompt (examples, best, previous attempt)
 _MAX_ERROR_CHARS = 3_000  # compiler output: its tail holds the error
 _MAX_CHECKS = 8
+_INCLUDE_LINE = re.compile(r"^# include: (\w+)[ \t]*$", re.M)
 
 
 @dataclass
@@ -50,21 +53,42 @@ class PreviousAttempt:
                    seconds=record.seconds, floor_fraction=record.floor_fraction)
 
 
+def _backend_module(backend: Backend) -> Any:
+    return sys.modules.get(type(backend).__module__)
+
+
 def contract_imports(backend: Backend) -> tuple[str, ...]:
-    """The modules a kernel module for this backend may import (the backend declares them)."""
-    allowed = getattr(backend, "allowed_imports", None)
+    """The modules a kernel module for this backend may import: the backend's `allowed_imports`
+    attribute, else the ALLOWED_IMPORTS its module passes to the static check."""
+    allowed = getattr(backend, "allowed_imports", None) or getattr(_backend_module(backend), "ALLOWED_IMPORTS", None)
     if not allowed:
-        raise PortkernError(f"backend '{backend.name}' declares no kernel-module imports (allowed_imports): "
+        raise PortkernError(f"backend '{backend.name}' declares no kernel-module imports (ALLOWED_IMPORTS): "
                             "the LLM proposer serves source-based backends only")
-    return tuple(allowed)
+    return tuple(sorted(allowed))
+
+
+def backend_notes(backend: Backend) -> str:
+    """What the backend's module says about its kernels (extra contract functions, buffers)."""
+    return inspect.cleandoc(getattr(_backend_module(backend), "__doc__", None) or "")
 
 
 def kernel_files(backend: Backend) -> list[Path]:
-    """The backend's built-in kernel modules: <backend package>/kernels/*.py."""
-    module = sys.modules.get(type(backend).__module__)
-    module_file = getattr(module, "__file__", None) or inspect.getfile(type(backend))
+    """The backend's built-in kernel files: <backend package>/kernels/*.py, except the shared
+    fragments (_NAME.py) that files pull in with `# include: NAME`."""
+    module_file = getattr(_backend_module(backend), "__file__", None) or inspect.getfile(type(backend))
     folder = Path(module_file).parent / "kernels"
-    return sorted(p for p in folder.glob("*.py") if p.name != "__init__.py") if folder.is_dir() else []
+    return [p for p in sorted(folder.glob("*.py")) if not p.name.startswith("_")] if folder.is_dir() else []
+
+
+def complete_source(path: Path, seen: frozenset[str] = frozenset()) -> str:
+    """A kernel file with its `# include: NAME` lines replaced by kernels/_NAME.py, as the backend
+    reads its library: an example must be a whole module, because a proposal has to be one."""
+    def inline(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name in seen:
+            raise KernelSourceError(f"include cycle through '{name}' in {path.name}")
+        return complete_source(path.with_name(f"_{name}.py"), seen | {name}).rstrip("\n")
+    return _INCLUDE_LINE.sub(inline, path.read_text(encoding="utf-8"))
 
 
 def pick_examples(files: Sequence[Path], kind: str, limit: int = 2) -> list[str]:
@@ -72,13 +96,20 @@ def pick_examples(files: Sequence[Path], kind: str, limit: int = 2) -> list[str]
     same_kind: list[str] = []
     other: list[str] = []
     for path in files:
-        source = path.read_text(encoding="utf-8")
         try:
+            source = complete_source(path)
             declared = read_header(source).get("KIND")
-        except KernelSourceError:
+        except (KernelSourceError, OSError):
             continue
         (same_kind if declared == kind else other).append(source)
     return (same_kind or other)[:limit]
+
+
+def example_sources(backend: Backend, task: Task, limit: int = 2) -> list[str]:
+    """The backend's built-in variants for this task (complete sources that pass the gate); when it
+    has none, its kernel files, of this kind first, else of any kind."""
+    offered = [variant.source for variant in backend.variants(task)]
+    return offered[:limit] if offered else pick_examples(kernel_files(backend), task.kind, limit)
 
 
 def kind_signature(kind: str) -> str:
@@ -189,8 +220,9 @@ def attempt_text(attempt: PreviousAttempt, floor_seconds: float) -> str:
     return "\n".join(lines)
 
 
-def _system_message(allowed: Sequence[str]) -> str:
+def _system_message(backend: Backend) -> str:
     contract = inspect.cleandoc(kernel_module.__doc__ or "")
+    notes = backend_notes(backend)
     return "\n".join([
         "You write one high-performance kernel at a time for portkern, a kernel autotuner. Every kernel "
         "you write is compiled, checked against a float64 reference on fresh random inputs (several seeds, "
@@ -200,11 +232,12 @@ def _system_message(allowed: Sequence[str]) -> str:
         "## Kernel-module contract",
         contract,
         "",
-        f"Allowed imports: {', '.join(sorted(allowed))} (nothing else).",
+        f"Allowed imports: {', '.join(contract_imports(backend))} (nothing else).",
         "Forbidden (a static check refuses the module): framework compute ops (torch, library softmax/matmul/"
         "conv/attention), streams and device synchronization, threads and processes, files, network, "
         "timers, eval/exec, introspection. Buffers arrive as the backend's device tensors; pass them to "
         "your kernel and write every element of every output.",
+        *(["", f"## The `{backend.name}` backend", notes] if notes else []),
         "",
         "## Answer format",
         'Answer with one JSON object: {"name": "<short_snake_case>", "source": "<the complete module>", '
@@ -213,21 +246,23 @@ def _system_message(allowed: Sequence[str]) -> str:
     ])
 
 
+def _tensor_lines(role: str, names: Sequence[str], specs: Sequence[TensorSpec]) -> list[str]:
+    named = list(names) if len(names) == len(specs) else ["?"] * len(specs)
+    return [f"- {role} {i}: {name} {spec}" for i, (name, spec) in enumerate(zip(named, specs, strict=True))]
+
+
 def build_prompt(task: Task, backend: Backend, feedback: Feedback, examples: Sequence[str],
                  previous_attempt: PreviousAttempt | None) -> list[Message]:
     """System message (role, contract, answer format) + user message (this task, this target, the
     search so far, examples, the previous attempt's outcome)."""
     profile = backend.target.profile
     floor = feedback.floor_seconds
-    io = [f"- input {i}: {name or '?'} {spec}" for i, (name, spec) in
-          enumerate(zip(task.input_names or [""] * len(task.inputs), task.inputs))]
-    io += [f"- output {i}: {name or '?'} {spec}" for i, (name, spec) in
-           enumerate(zip(task.output_names or [""] * len(task.outputs), task.outputs))]
     sections = [
         f"## Task: {task.label} (workload {task.key})",
         f"Kind `{task.kind}`; kernel signature (inputs in this order):\n{kind_signature(task.kind)}",
-        "Exact tensors (write a kernel for exactly these; contiguous row-major unless strides say otherwise):",
-        *io,
+        "Exact tensors (write the kernel for exactly these; contiguous, row-major):",
+        *_tensor_lines("input", task.input_names, task.inputs),
+        *_tensor_lines("output", task.output_names, task.outputs),
         f"Attributes: {dict(task.attrs)}",
         f"FLOPs: {task.flops}; minimum bytes moved: {task.min_bytes}",
         "",
@@ -262,5 +297,5 @@ def build_prompt(task: Task, backend: Backend, feedback: Feedback, examples: Seq
                  "Write a new kernel module for this task that passes the gate and is faster than the best so "
                  "far (closer to the floor). Declare a SPACE of parameters worth searching; constraints() "
                  "must reject configurations the target cannot run."]
-    return [{"role": "system", "content": _system_message(contract_imports(backend))},
+    return [{"role": "system", "content": _system_message(backend)},
             {"role": "user", "content": "\n".join(sections)}]

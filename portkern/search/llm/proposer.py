@@ -12,9 +12,9 @@ import datetime
 import json
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ...backends.base import Backend, Variant
 from ...backends.kernel_module import KernelSourceError, variant_from_source
@@ -22,7 +22,7 @@ from ...tasks import Task
 from ..proposers import Feedback, Proposer
 from ..records import TrialRecord
 from .client import ChatClient, ChatReply, LlmBudgetExhausted, LlmError, MalformedReply, parse_kernel_reply
-from .prompt import PreviousAttempt, build_prompt, contract_imports, kernel_files, pick_examples
+from .prompt import PreviousAttempt, build_prompt, contract_imports, example_sources
 
 TRANSCRIPT_FORMAT = "portkern-llm-transcript/1"
 
@@ -45,13 +45,12 @@ class LlmProposer(Proposer):
     name = "llm"
 
     def __init__(self, client: ChatClient, transcript_dir: Path | str, *, proposals_per_round: int = 1,
-                 max_examples: int = 2, example_files: Sequence[Path] | None = None) -> None:
+                 max_examples: int = 2) -> None:
         self.client = client
         self.transcript_dir = Path(transcript_dir)
         self.transcript_dir.mkdir(parents=True, exist_ok=True)
         self.proposals_per_round = proposals_per_round
         self.max_examples = max_examples
-        self.example_files = list(example_files) if example_files is not None else None
         self.stop_reason: str | None = None  # why no more requests are made (budget, endpoint)
         self._sequence = 0
         self._proposals: dict[str, _Proposal] = {}  # variant name -> proposal
@@ -65,8 +64,7 @@ class LlmProposer(Proposer):
             self.record_outcome(record.variant, record)
         if self.stop_reason:
             return []
-        files = self.example_files if self.example_files is not None else kernel_files(backend)
-        examples = pick_examples(files, task.kind, self.max_examples)
+        examples = example_sources(backend, task, self.max_examples)
         variants = []
         for _ in range(self.proposals_per_round):
             variant = self._exchange(task, backend, feedback, examples)
@@ -91,6 +89,9 @@ class LlmProposer(Proposer):
             "verdict": record.verdict.to_dict() if record.verdict else None,
         })
         _write_json(proposal.transcript, transcript)
+        previous = self._previous.get(proposal.task_key)
+        if record.status == "invalid" and previous is not None and previous.name == variant_name:
+            return  # a configuration its constraints refused says less than the trial already known
         self._previous[proposal.task_key] = PreviousAttempt.from_record(proposal.source, record)
 
     # --- one exchange --------------------------------------------------------------------------------
@@ -114,8 +115,7 @@ class LlmProposer(Proposer):
             transcript["error"] = self.stop_reason
             log.warning("LLM proposer stopped: %s", self.stop_reason)
             variant = None
-        transcript["budget"] = {"requests": self.client.budget.requests, "max_requests": self.client.budget.max_requests,
-                                "tokens": self.client.budget.tokens, "max_tokens": self.client.budget.max_tokens}
+        transcript["budget"] = asdict(self.client.budget)
         _write_json(path, transcript)
         if variant is not None:
             self._proposals[variant.name] = _Proposal(task.key, variant.source, path)
@@ -129,14 +129,17 @@ class LlmProposer(Proposer):
         transcript["response"] = {
             "content": reply.content, "raw": reply.raw, "tokens": reply.tokens,
             "usage_reported": reply.usage_reported, "structured": reply.structured,
-            "attempts": reply.attempts, "elapsed_s": round(reply.elapsed_s, 3),
+            "attempts": reply.attempts, "elapsed_s": round(reply.elapsed_s, 3), "finish_reason": reply.finish_reason,
         }
         try:
             kernel = parse_kernel_reply(reply.content, default_name=task.kind)
         except MalformedReply as exc:
-            transcript["static_check"] = {"passed": False, "stage": "parse", "reason": str(exc)}
+            reason = str(exc)
+            if reply.finish_reason == "length":
+                reason += " (the answer was cut off at the token limit: write a shorter module)"
+            transcript["static_check"] = {"passed": False, "stage": "parse", "reason": reason}
             self._previous[task.key] = PreviousAttempt(name=f"answer #{self._sequence}", source=reply.content,
-                                                       stage="parse", message=str(exc))
+                                                       stage="parse", message=reason)
             return None
         name = f"llm{self._sequence:03d}_{kernel.name}"
         transcript["parsed"] = {"name": kernel.name, "source": kernel.source, "rationale": kernel.rationale,
@@ -150,7 +153,8 @@ class LlmProposer(Proposer):
             reason = f"the module declares KIND = '{variant.kind}' but the task is '{task.kind}'"
         elif variant is not None and variant.source_hash in self._source_owner:
             stage = "duplicate"
-            reason = f"identical to the earlier proposal {self._source_owner[variant.source_hash]}: write a different kernel"
+            earlier = self._source_owner[variant.source_hash]
+            reason = f"identical to the earlier proposal {earlier}: write a different kernel"
         if reason:
             transcript["static_check"] = {"passed": False, "stage": stage, "reason": reason}
             self._previous[task.key] = PreviousAttempt(name=name, source=kernel.source, stage=stage, message=reason)

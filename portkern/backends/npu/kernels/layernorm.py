@@ -42,7 +42,7 @@ def schedule(task, config, target):
                      "vector_ops": rows * block_n * VECTOR_OPS_PER_ELEMENT},
         "setup": {"gm_to_ub": (len(task.inputs) - 1) * row_bytes, "vector_ops": 2 * block_n},
         "live": {"ub": config["BUFFERS"] * 2 * io_tile + 2 * rows * block_n * 4 + 2 * block_n * 4},
-        "tails": [block_n * itemsize, block_n * 4],
+        "tails": {"ub": [block_n * itemsize, block_n * 4]},
         "gm_alignment": min(row_bytes & -row_bytes, 512),
         "footprint_bytes": 2 * n_rows * row_bytes + 2 * row_bytes,
         "vector_op_bytes": 4,

@@ -12,7 +12,7 @@ SPACE = {"ROWS_PER_PROGRAM": [1, 2, 4, 8, 16, 32], "BLOCK_HW": [16, 64, 256, 102
          "num_warps": [1, 2, 4, 8]}
 DEFAULT = {"ROWS_PER_PROGRAM": 4, "BLOCK_HW": 64, "num_warps": 4}
 
-MAX_ELEMENTS_PER_THREAD = 64  # fp32 values a thread holds before registers spill
+# include: rowwise
 
 
 def constraints(task, config, target):
@@ -20,11 +20,7 @@ def constraints(task, config, target):
         return "this variant only does global average pooling"
     if len(task.inputs[0].shape) != 4 or task.inputs[0].numel == 0:
         return "global pooling takes a non-empty NCHW input"
-    tile = config["ROWS_PER_PROGRAM"] * config["BLOCK_HW"]
-    threads = config["num_warps"] * target.profile.warp_size
-    if tile > MAX_ELEMENTS_PER_THREAD * threads:
-        return f"{tile} elements in registers over {threads} threads would spill"
-    return None
+    return _spill_reason(config["ROWS_PER_PROGRAM"] * config["BLOCK_HW"], config, target)
 
 
 @triton.jit

@@ -16,7 +16,7 @@ SPACE = {"BLOCK": [64, 128, 256, 512, 1024, 2048], "num_warps": [1, 2, 4, 8]}
 DEFAULT = {"BLOCK": 256, "num_warps": 4}
 
 OPS = ("max", "avg", "global_avg")
-MAX_ELEMENTS_PER_THREAD = 64  # fp32 values a thread holds before registers spill
+# include: rowwise
 
 
 def _geometry(task):
@@ -39,10 +39,7 @@ def constraints(task, config, target):
         return "dilated pooling windows are not supported"
     if task.outputs[0].numel == 0:
         return "empty output"
-    threads = config["num_warps"] * target.profile.warp_size
-    if config["BLOCK"] > MAX_ELEMENTS_PER_THREAD * threads:
-        return f"{config['BLOCK']} outputs over {threads} threads would spill"
-    return None
+    return _spill_reason(config["BLOCK"], config, target)
 
 
 @triton.jit

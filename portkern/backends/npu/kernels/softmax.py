@@ -1,0 +1,70 @@
+"""Softmax over the last axis, triton-ascend style: one program per vector core looping over
+tiles of ROWS whole rows in UB (padded to a 32-byte aligned power of two).
+"""
+import triton
+import triton.language as tl
+
+KIND = "softmax"
+PRECISION = "fp32"
+SPACE = {"ROWS": [1, 2, 4, 8, 16, 32], "PROGRAMS": [24, 32, 40, 48], "BUFFERS": [1, 2, 3]}
+DEFAULT = {"ROWS": 8, "PROGRAMS": 48, "BUFFERS": 2}
+
+ITEMSIZE = {"float16": 2, "float32": 4}
+VECTOR_OPS_PER_ELEMENT = 10  # cast, max, subtract, exp (4 vector passes), sum, divide, cast back
+
+
+def _geometry(task, config):
+    n_cols = task.inputs[0].shape[-1]
+    n_rows = task.inputs[0].numel // n_cols
+    itemsize = ITEMSIZE[task.dtype]
+    block_n = max(triton.next_power_of_2(n_cols), 32 // itemsize)
+    n_tiles = triton.cdiv(n_rows, config["ROWS"])
+    programs = min(config["PROGRAMS"], n_tiles)
+    return n_rows, n_cols, itemsize, block_n, n_tiles, programs
+
+
+def constraints(task, config, target):
+    if task.dtype not in ITEMSIZE:
+        return f"{task.dtype} is not supported here (fp32/fp16 only)"
+    return None
+
+
+def schedule(task, config, target):
+    n_rows, n_cols, itemsize, block_n, n_tiles, programs = _geometry(task, config)
+    rows = config["ROWS"]
+    row_bytes = n_cols * itemsize
+    return {
+        "core": "vector", "programs": programs, "tiles": triton.cdiv(n_tiles, programs),
+        "total_tiles": n_tiles, "buffers": config["BUFFERS"],
+        "per_tile": {"gm_to_ub": rows * row_bytes, "ub_to_gm": rows * row_bytes,
+                     "vector_ops": rows * block_n * VECTOR_OPS_PER_ELEMENT},
+        "live": {"ub": config["BUFFERS"] * 2 * rows * block_n * itemsize + 2 * rows * block_n * 4},
+        "tails": {"ub": [block_n * itemsize, block_n * 4]},
+        "gm_alignment": min(row_bytes & -row_bytes, 512),
+        "footprint_bytes": 2 * n_rows * row_bytes,
+        "vector_op_bytes": 4,
+    }
+
+
+@triton.jit
+def _softmax_rows(x_ptr, out_ptr, n_rows, n_cols, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+    pid = tl.program_id(0)
+    num_cores = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    n_tiles = tl.cdiv(n_rows, ROWS)
+    for tile in range(pid, n_tiles, num_cores):
+        rows = tile * ROWS + tl.arange(0, ROWS)
+        inside = (rows < n_rows)[:, None] & col_ok[None, :]
+        offsets = rows[:, None] * n_cols + cols[None, :]
+        x = tl.load(x_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
+        x = tl.where(col_ok[None, :], x, -float("inf"))
+        shifted = x - tl.max(x, axis=1)[:, None]
+        numerator = tl.exp(shifted)
+        y = numerator / tl.sum(numerator, axis=1)[:, None]
+        tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=inside)
+
+
+def launch(task, config, inputs, outputs):
+    n_rows, n_cols, _, block_n, _, programs = _geometry(task, config)
+    _softmax_rows[(programs,)](inputs[0], outputs[0], n_rows, n_cols, ROWS=config["ROWS"], BLOCK_N=block_n)

@@ -1,0 +1,85 @@
+"""Skinny GEMM (M <= 16, decode-style): streams the weight once, on CUDA cores.
+
+All M rows live in one program (padded to M_PAD, a power of two), so every weight element is read
+once; a program owns BLOCK_N columns and, with SPLIT_K > 1, one K chunk (partials to a workspace,
+summed in order by a second pass) so that narrow N still fills the machine. Products are fp32
+multiply-adds, no tensor cores.
+"""
+import math
+
+import triton
+import triton.language as tl
+
+# include: gemm_common
+# include: splitk
+
+KIND = "gemm"
+PRECISION = "fp32"
+SPACE = {"BLOCK_N": [16, 32, 64, 128, 256], "BLOCK_K": [16, 32, 64, 128, 256], "SPLIT_K": [1, 2, 4, 8, 16],
+         "num_warps": [1, 2, 4, 8], "num_stages": [1, 2, 3]}
+DEFAULT = {"BLOCK_N": 64, "BLOCK_K": 64, "SPLIT_K": 1, "num_warps": 4, "num_stages": 2}
+MAX_ROWS = 16
+PRODUCTS_PER_THREAD = 64  # fp32 products of the M_PAD x BLOCK_K x BLOCK_N block a thread holds
+
+
+def _m_pad(M):
+    return max(1, triton.next_power_of_2(M))
+
+
+def constraints(task, config, target):
+    M, N, K = _gemm_dims(task)
+    if M > MAX_ROWS:
+        return f"M={M} is not skinny (at most {MAX_ROWS} rows)"
+    threads = config["num_warps"] * target.profile.warp_size
+    if _m_pad(M) * config["BLOCK_N"] * config["BLOCK_K"] > PRODUCTS_PER_THREAD * threads:
+        return f"a {_m_pad(M)}x{config['BLOCK_K']}x{config['BLOCK_N']} product block spills over {threads} threads"
+    return _gemm_task_problem(task) or _split_problem(K, config["SPLIT_K"], config["BLOCK_K"])
+
+
+def shared_memory(task, config):
+    return 0  # operands go global -> registers; no shared-memory staging
+
+
+def scratch(task, config):
+    M, N, K = _gemm_dims(task)
+    return _partials_scratch(M, N, config["SPLIT_K"])
+
+
+@triton.jit
+def _gemv(a_ptr, b_ptr, c_ptr, ws_ptr, bias_ptr, res_ptr, M, N, K, k_chunk, stride_am, stride_ak,
+          stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn, M_PAD: tl.constexpr,
+          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, ACTIVATION: tl.constexpr,
+          HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+    split = tl.program_id(1)
+    rows = tl.arange(0, M_PAD)
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    k_lo = split * k_chunk
+    k_hi = tl.minimum(k_lo + k_chunk, K)
+    acc = tl.zeros((M_PAD, BLOCK_N), dtype=tl.float32)
+    for k in range(k_lo, k_hi, BLOCK_K):
+        k_ok = (k + ks) < k_hi
+        a = tl.load(a_ptr + rows[:, None] * stride_am + (k + ks)[None, :] * stride_ak,
+                    mask=(rows[:, None] < M) & k_ok[None, :], other=0.0).to(tl.float32)
+        b = tl.load(b_ptr + (k + ks)[:, None] * stride_bk + cols[None, :].to(tl.int64) * stride_bn,
+                    mask=k_ok[:, None] & (cols[None, :] < N), other=0.0).to(tl.float32)
+        acc += tl.sum(a[:, :, None] * b[None, :, :], axis=1)
+    if SPLIT:
+        _store_partial(acc, ws_ptr, split, rows, cols, M, N)
+    else:
+        _epilogue_store(acc, c_ptr, bias_ptr, res_ptr, rows, cols, M, N, stride_cm, stride_cn, stride_rm,
+                        stride_rn, ACTIVATION, HAS_BIAS, HAS_RESIDUAL)
+
+
+def launch(task, config, inputs, outputs):
+    p = _GemmProblem(task, inputs, outputs)
+    bn, bk, split_k = config["BLOCK_N"], config["BLOCK_K"], config["SPLIT_K"]
+    m_pad = _m_pad(p.M)
+    workspace = outputs[1] if split_k > 1 else outputs[0]
+    _gemv[(triton.cdiv(p.N, bn), split_k)](
+        inputs[0], inputs[1], outputs[0], workspace, p.bias, p.residual, p.M, p.N, p.K,
+        _k_chunk(p.K, split_k, bk), *p.stride_a, *p.stride_b, *p.stride_c, *p.stride_r, M_PAD=m_pad,
+        BLOCK_N=bn, BLOCK_K=bk, SPLIT=split_k > 1, **p.epilogue, num_warps=config["num_warps"],
+        num_stages=config["num_stages"])
+    if split_k > 1:
+        _launch_reduce(p, workspace, outputs[0], split_k, m_pad, bn, config["num_warps"])

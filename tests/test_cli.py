@@ -1,0 +1,93 @@
+"""The CLI: user mistakes are one line and exit code 2, never a traceback; inspect lists tasks."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from portkern.cli import main
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def softmax_model(tmp_path_factory) -> Path:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 64])
+    graph = helper.make_graph([helper.make_node("Softmax", ["x"], ["y"], name="sm", axis=-1)], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path_factory.mktemp("m") / "softmax.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def test_targets_lists_every_profile(capsys) -> None:
+    code, out, _ = _run(capsys, "targets")
+    assert code == 0
+    for name in ("h200", "h100", "a100", "l4", "mi300x", "cpu", "ascend910b"):
+        assert name in out
+    code, out, _ = _run(capsys, "targets", "--json")
+    assert {p["name"] for p in json.loads(out)} >= {"h200", "cpu", "ascend910b"}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["inspect", "missing.onnx"], "not found"),
+    (["inspect", "{model}", "--target", "tpu9"], "unknown target 'tpu9'"),
+    (["inspect", "{model}", "--shape", "x=1by64"], "shape"),
+    (["inspect", "{model}"], "batch"),  # dynamic dim not bound: names the input's dim
+    (["inspect", "{model}", "--shape", "nope=1x64"], "nope"),
+])
+def test_user_mistakes_are_one_line(capsys, softmax_model: Path, argv: list[str], message: str) -> None:
+    code, _, err = _run(capsys, *[a.replace("{model}", str(softmax_model)) for a in argv])
+    assert code == 2
+    assert err.startswith("portkern: error: ") and err.count("\n") == 1
+    assert message in err
+
+
+def test_not_an_onnx_file(capsys, tmp_path: Path, softmax_model: Path) -> None:
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"\x00\x01garbage" * 10)
+    code, _, err = _run(capsys, "inspect", str(junk))
+    assert code == 2 and "portkern: error:" in err
+    truncated = tmp_path / "truncated.onnx"
+    truncated.write_bytes(softmax_model.read_bytes()[:-7])
+    code, _, err = _run(capsys, "inspect", str(truncated))
+    assert code == 2 and "portkern: error:" in err
+
+
+def test_unsupported_op_names_op_and_node(capsys, tmp_path: Path) -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    node = helper.make_node("FancyAttention", ["x"], ["y"], name="the_fancy_node", domain="com.example")
+    model = helper.make_model(helper.make_graph([node], "g", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    path = tmp_path / "hardmax.onnx"
+    onnx.save(model, path)
+    code, _, err = _run(capsys, "inspect", str(path))
+    assert code == 2 and "FancyAttention" in err and "the_fancy_node" in err
+
+
+def test_inspect_table_and_json(capsys, softmax_model: Path) -> None:
+    code, out, _ = _run(capsys, "inspect", str(softmax_model), "--shape", "x=32x64", "--target", "h200")
+    assert code == 0 and "softmax" in out
+    code, out, _ = _run(capsys, "inspect", str(softmax_model), "--shape", "x=32x64", "--json")
+    data = json.loads(out)
+    (task,) = data["tasks"]
+    assert task["kind"] == "softmax" and task["min_bytes"] == 2 * 32 * 64 * 4
+    # memory-bound: the floor is the bytes over the H200's measured bandwidth
+    assert task["floor_seconds"] == pytest.approx(2 * 32 * 64 * 4 / 4.2e12)
+
+
+def test_no_traceback_from_the_console_script(softmax_model: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "portkern", "inspect", str(softmax_model)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "portkern: error:" in proc.stderr

@@ -1,0 +1,171 @@
+"""The numpy executor runs real models and matches onnxruntime; dtypes and overrides behave."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from portkern.errors import UnsupportedOpError
+from portkern.executor import SUPPORTED_OPS, run_graph, run_nodes
+from portkern.ir import Graph, Node
+from portkern.models import ZOO_MODELS, export_bert, random_feeds, randomize_weights, zoo_model_path
+from portkern.onnx_import import load_model
+
+ort = pytest.importorskip("onnxruntime")
+ort.set_default_logger_severity(3)
+
+FP32_TOLERANCE = 1e-4  # relative L2 error against onnxruntime
+DEFAULT_ZOO = ("squeezenet", "shufflenet", "resnet50")
+
+
+def _rel_l2(out: np.ndarray, ref: np.ndarray) -> float:
+    diff = out.astype(np.float64) - ref.astype(np.float64)
+    return float(np.linalg.norm(diff) / np.linalg.norm(ref.astype(np.float64)))
+
+
+def _onnxruntime(model: bytes | str, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, feeds)))
+
+
+def _check_zoo_model(name: str) -> None:
+    proto = randomize_weights(onnx.load(zoo_model_path(name)), seed=0)
+    graph = load_model(proto)
+    feeds = random_feeds(graph, seed=1)
+    ours = run_graph(graph, feeds)
+    reference = _onnxruntime(proto.SerializeToString(), feeds)
+    for output in graph.outputs:
+        ref = reference[output]
+        assert np.isfinite(ref).all() and np.std(ref) > 0
+        if output.endswith("softmax_1") or output in ("prob_1", "softmaxout_1"):
+            assert ref.max() < 0.5, "saturated softmax: the check would be blind"
+        assert ours[output].dtype == ref.dtype and ours[output].shape == ref.shape
+        assert _rel_l2(ours[output], ref) <= FP32_TOLERANCE, (name, _rel_l2(ours[output], ref))
+
+
+@pytest.mark.parametrize("name", DEFAULT_ZOO)
+def test_zoo_model_matches_onnxruntime(name: str) -> None:
+    _check_zoo_model(name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(set(ZOO_MODELS) - set(DEFAULT_ZOO)))
+def test_zoo_model_matches_onnxruntime_all(name: str) -> None:
+    _check_zoo_model(name)
+
+
+def test_randomize_weights_is_seeded_and_keeps_shapes() -> None:
+    proto = onnx.load(zoo_model_path("squeezenet"))
+    first, again, other = (randomize_weights(proto, seed) for seed in (5, 5, 6))
+    assert not any(n.op_type == "ConstantOfShape" for n in first.graph.node)
+    arrays = {t.name: onnx.numpy_helper.to_array(t) for t in first.graph.initializer}
+    same = {t.name: onnx.numpy_helper.to_array(t) for t in again.graph.initializer}
+    different = {t.name: onnx.numpy_helper.to_array(t) for t in other.graph.initializer}
+    weight = "conv1_w_0"
+    assert arrays[weight].shape == (64, 3, 3, 3) and np.std(arrays[weight]) > 0
+    np.testing.assert_array_equal(arrays[weight], same[weight])
+    assert not np.array_equal(arrays[weight], different[weight])
+    assert load_model(first).values["softmaxout_1"] == load_model(proto).values["softmaxout_1"]
+
+
+@pytest.fixture(scope="module")
+def bert_path() -> Path:
+    pytest.importorskip("transformers")
+    return export_bert(seq=128)
+
+
+def test_bert_encoder_matches_onnxruntime(bert_path: Path) -> None:
+    graph = load_model(bert_path, {"input_ids": (1, 128)})
+    feeds = random_feeds(graph, seed=2)
+    assert feeds["attention_mask"][0, -1] == 0 and feeds["attention_mask"][0, 0] == 1
+    ours = run_graph(graph, feeds)
+    reference = _onnxruntime(str(bert_path), feeds)
+    for output in ("last_hidden_state", "pooler_output"):
+        assert ours[output].shape == reference[output].shape
+        assert _rel_l2(ours[output], reference[output]) <= FP32_TOLERANCE
+
+
+def test_bert_float64_run_agrees_with_float32(bert_path: Path) -> None:
+    """Upcasting every float constant runs the whole encoder in float64 (the gate's reference)."""
+    graph = load_model(bert_path, {"input_ids": (1, 128)})
+    feeds = random_feeds(graph, seed=4)
+
+    def run(dtype: type) -> np.ndarray:
+        env = {k: v.astype(dtype) if v.dtype.kind == "f" else v for k, v in graph.constants.items()}
+        env.update(feeds)
+        run_nodes(graph.nodes, env, graph.opset)
+        return env["last_hidden_state"]
+
+    wide, narrow = run(np.float64), run(np.float32)
+    assert wide.dtype == np.float64 and narrow.dtype == np.float32
+    assert _rel_l2(narrow, wide) <= FP32_TOLERANCE
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_dtype_is_preserved(dtype: type) -> None:
+    rng = np.random.default_rng(0)
+    env = {"x": rng.standard_normal((2, 4, 6, 6)).astype(dtype),
+           "w": rng.standard_normal((3, 4, 3, 3)).astype(dtype),
+           "g": np.ones(3, dtype=dtype), "b": np.zeros(3, dtype=dtype)}
+    nodes = [Node("conv", "Conv", ["x", "w"], ["c"], {"pads": [1, 1, 1, 1]}),
+             Node("gelu", "Gelu", ["c"], ["a"]),
+             Node("t", "Transpose", ["a"], ["t"], {"perm": [0, 2, 3, 1]}),
+             Node("ln", "LayerNormalization", ["t", "g", "b"], ["n"], {"axis": -1}),
+             Node("sm", "Softmax", ["n"], ["s"], {"axis": -1}),
+             Node("mm", "MatMul", ["s", "t"], ["m"]),
+             Node("rm", "ReduceMean", ["m"], ["r"], {"axes": [1], "keepdims": 0}),
+             Node("sq", "Sqrt", ["r"], ["q"])]
+    run_nodes(nodes, env, 17)
+    for name in "catnsmrq":
+        assert env[name].dtype == dtype, name
+    np.testing.assert_allclose(env["s"].astype(np.float64).sum(-1), 1.0, rtol=1e-2)
+
+
+def test_unknown_op_raises_with_node_name() -> None:
+    with pytest.raises(UnsupportedOpError, match="FancyOp.*'n1'"):
+        run_nodes([Node("n1", "FancyOp", ["x"], ["y"])], {"x": np.zeros(2)}, 17)
+    with pytest.raises(UnsupportedOpError, match="'n2'"):
+        run_nodes([Node("n2", "Relu", ["x"], ["y"], domain="com.microsoft")], {"x": np.zeros(2)}, 17)
+    assert {"MatMul", "Conv", "LayerNormalization", "Gelu", "Softmax"} <= SUPPORTED_OPS
+
+
+def test_overrides_replace_nodes_by_name() -> None:
+    """A task's nodes: the last computes all outputs, the others are no-ops (as the runtime does)."""
+    graph = load_model(zoo_model_path("squeezenet"))
+    feeds = random_feeds(graph, seed=0)
+    expected = run_graph(graph, feeds)
+    conv, relu = graph.nodes[0], graph.nodes[1]
+    assert (conv.op_type, relu.op_type) == ("Conv", "Relu")
+    calls: list[str] = []
+
+    def fused_conv_relu(env: dict[str, np.ndarray]) -> None:
+        calls.append("fused")
+        scratch = {name: env[name] for name in conv.inputs if name}
+        run_nodes([conv], scratch, graph.opset)
+        env[relu.outputs[0]] = np.maximum(scratch[conv.outputs[0]], 0)
+
+    overrides = {conv.name: lambda env: None, relu.name: fused_conv_relu}
+    got = run_graph(graph, feeds, overrides)
+    assert calls == ["fused"]
+    for name, value in expected.items():
+        np.testing.assert_array_equal(got[name], value)
+
+    def broken(env: dict[str, np.ndarray]) -> None:
+        env[relu.outputs[0]] = np.zeros(graph.values[relu.outputs[0]].shape, np.float32)
+
+    assert not np.array_equal(run_graph(graph, feeds, {relu.name: broken})[graph.outputs[0]],
+                              expected[graph.outputs[0]])
+
+
+def test_graph_is_reusable(bert_path: Path) -> None:
+    """Running does not mutate the graph's constants (the runtime runs a graph many times)."""
+    graph: Graph = load_model(bert_path, {"input_ids": (1, 128)})
+    before = {k: v.copy() for k, v in graph.constants.items()}
+    run_graph(graph, random_feeds(graph, seed=0))
+    for name, value in before.items():
+        np.testing.assert_array_equal(graph.constants[name], value)

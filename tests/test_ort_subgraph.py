@@ -1,0 +1,67 @@
+"""A task's subgraph rebuilt as a model runs in onnxruntime and computes what the reference does."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+from portkern import synthetic
+from portkern.ort_subgraph import OrtProgram, OrtSubgraphError, task_model
+from portkern.tasks import Task
+from portkern.verify import compare, make_inputs
+
+TASKS = {
+    "gemm_gelu_residual": lambda: synthetic.gemm_task(9, 12, 7, activation="gelu", bias=True, residual=True,
+                                                      batch=(2,)),
+    "gemm_trans_b": lambda: synthetic.gemm_task(5, 6, 7, trans_b=True, bias=True),
+    "conv2d_relu": lambda: synthetic.conv2d_task(1, 3, 9, 8, 4, 3, 3, pad=1, activation="relu", residual=True),
+    "softmax": lambda: synthetic.softmax_task(6, 33),
+    "layernorm": lambda: synthetic.layernorm_task(5, 16),
+    "attention_mask": lambda: synthetic.attention_task(1, 2, 8, 4, mask=True),
+    "pool_max": lambda: synthetic.pool_task(1, 3, 8, 8, "max"),
+}
+
+
+def run_ort(task: Task, seed: int, distribution: str = "normal") -> tuple[np.ndarray, np.ndarray]:
+    inputs = make_inputs(task, seed, distribution)
+    outputs = [np.full(spec.shape, np.nan, dtype=spec.dtype) for spec in task.outputs]
+    OrtProgram(task, threads=1)(inputs, outputs)
+    return outputs[0], task.reference(inputs)[0]
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_subgraph_matches_reference(name: str) -> None:
+    task = TASKS[name]()
+    model = task_model(task)
+    onnx.checker.check_model(model)
+    assert [i.name for i in model.graph.input] == list(task.input_names)
+    assert [o.name for o in model.graph.output] == list(task.output_names)
+    assert any(op.domain == "" and op.version == task.opset for op in model.opset_import)
+    got, want = run_ort(task, seed=5, distribution="large" if name == "softmax" else "normal")
+    result = compare(got, want, 1e-5)
+    assert result["passed"], result["reason"]
+
+
+def test_constants_become_initializers() -> None:
+    """The gelu's 0.5, 1.0 and sqrt(2) scalars are task constants, not runtime inputs."""
+    task = TASKS["gemm_gelu_residual"]()
+    assert task.constants
+    model = task_model(task)
+    assert {init.name for init in model.graph.initializer} == set(task.constants) - set(task.input_names)
+
+
+def test_outputs_written_in_place_and_rerun_with_new_values() -> None:
+    task = TASKS["conv2d_relu"]()
+    program = OrtProgram(task, threads=1)
+    out = np.full(task.outputs[0].shape, np.nan, dtype=np.float32)
+    for seed in (1, 2):  # the same buffers, new values: no stale answers
+        inputs = make_inputs(task, seed, "normal")
+        program(inputs, [out])
+        assert compare(out, task.reference(inputs)[0], 1e-5)["passed"]
+
+
+def test_non_contiguous_output_is_refused() -> None:
+    task = TASKS["softmax"]()
+    wide = np.zeros((task.outputs[0].shape[0], task.outputs[0].shape[1] * 2), dtype=np.float32)
+    with pytest.raises(OrtSubgraphError, match="not contiguous"):
+        OrtProgram(task, threads=1)(make_inputs(task, 1, "normal"), [wide[:, ::2]])

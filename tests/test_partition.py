@@ -1,0 +1,266 @@
+"""partition on real models (a BERT-style encoder, ResNet-50) and on exporter spellings of ops."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import Counter
+from typing import Mapping, Sequence
+
+import numpy as np
+import onnx
+import pytest
+
+from portkern import synthetic
+from portkern.executor import run_graph
+from portkern.ir import Graph
+from portkern.models import export_bert, random_feeds, randomize_weights, zoo_model_path
+from portkern.onnx_import import load_model
+from portkern.partition import ACTIVATION_FLOPS, canonical_float, evaluate_expr, partition, summarize
+from portkern.synthetic import GraphBuilder
+from portkern.tasks import Task
+
+BATCH, SEQ, LAYERS, HIDDEN, HEADS, FFN = 2, 16, 2, 64, 2, 128
+COMPUTE_OPS = {"MatMul", "Gemm", "Conv", "BatchNormalization", "Softmax", "LayerNormalization",
+               "ReduceMean", "ReduceSum", "Erf", "Tanh", "Sqrt", "Pow", "Div", "Mul", "Add", "Sub",
+               "Sum", "Relu", "MaxPool", "AveragePool", "GlobalAveragePool"}
+
+
+@pytest.fixture(scope="module")
+def bert() -> dict[int, Graph]:
+    """The encoder at opset 14 (LayerNorm as primitives) and opset 17 (LayerNormalization op)."""
+    pytest.importorskip("transformers")
+    shapes = {"input_ids": (BATCH, SEQ), "attention_mask": (BATCH, SEQ)}
+    return {opset: load_model(export_bert(layers=LAYERS, hidden=HIDDEN, heads=HEADS, intermediate=FFN,
+                                          seq=SEQ, batch=BATCH, opset=opset), shapes)
+            for opset in (14, 17)}
+
+
+@pytest.fixture(scope="module")
+def resnet50() -> Graph:
+    """ResNet-50 from the zoo with seeded random weights (the zoo's 0.02 fill hides BN mistakes)."""
+    return load_model(randomize_weights(onnx.load(zoo_model_path("resnet50")), seed=0))
+
+
+def _graph_values(graph: Graph, names: Sequence[str], feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The graph's own values of `names`, computed by run_graph."""
+    wanted = [name for name in dict.fromkeys(names) if name not in graph.constants]
+    values = run_graph(dataclasses.replace(graph, outputs=wanted), feeds)
+    return {**graph.constants, **values}
+
+
+def _task_inputs(task: Task, values: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """What a runtime feeds a task: graph values, or the task's own constants (folded weights)."""
+    return [task.constants[name] if name in task.constants else values[name] for name in task.input_names]
+
+
+def _relative_error(got: np.ndarray, want: np.ndarray) -> float:
+    want = want.astype(np.float64)
+    return float(np.linalg.norm(got.astype(np.float64) - want) / max(np.linalg.norm(want), 1e-30))
+
+
+def _run_with_references(graph: Graph, tasks: Sequence[Task], feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The model with every task replaced by its reference, the way the runtime swaps in kernels."""
+    overrides = {}
+    for task in tasks:
+        for node in task.nodes[:-1]:
+            overrides[node.name] = lambda env: None
+
+        def run_task(env: dict[str, np.ndarray], task: Task = task) -> None:
+            outputs = task.reference(_task_inputs(task, {**graph.constants, **env}))
+            for name, spec, value in zip(task.output_names, task.outputs, outputs):
+                env[name] = value.astype(spec.dtype)
+        overrides[task.nodes[-1].name] = run_task
+    return run_graph(graph, feeds, overrides)
+
+
+def _glue_ops(graph: Graph, tasks: Sequence[Task]) -> set[str]:
+    covered = {node.name for task in tasks for node in task.nodes}
+    return {node.op_type for node in graph.nodes if node.name not in covered}
+
+
+def _by_kind(tasks: Sequence[Task], kind: str) -> list[Task]:
+    return [task for task in tasks if task.kind == kind]
+
+
+# ----------------------------------------------------------------------------- BERT
+
+
+def test_bert_tasks_per_layer(bert: dict[int, Graph]) -> None:
+    graph = bert[14]
+    tasks = partition(graph)
+    layer = ["gemm", "gemm", "gemm", "attention", "gemm", "layernorm", "gemm", "gemm", "layernorm"]
+    kernels = [task.kind for task in tasks if task.kind != "elementwise"]
+    assert kernels == ["layernorm"] + layer * LAYERS + ["gemm"]  # embeddings norm ... pooler
+    gemms = _by_kind(tasks, "gemm")
+    assert sum(task.attr("activation") == "gelu" for task in gemms) == LAYERS
+    assert sum(task.attr("residual") for task in gemms) == 2 * LAYERS  # attention out, FFN out
+    assert all(task.attr("bias") for task in gemms)
+    assert gemms[-1].attr("activation") == "tanh" and gemms[-1].attr("trans_b")  # the pooler's Gemm
+    for attention in _by_kind(tasks, "attention"):
+        assert dict(attention.attrs) == {"scale": canonical_float(1 / math.sqrt(HIDDEN // HEADS)),
+                                         "k_transposed": True, "mask": True, "causal": False}
+    assert not _glue_ops(graph, tasks) & COMPUTE_OPS
+
+
+def test_bert_gemm_flops_by_hand_and_synthetic_keys(bert: dict[int, Graph]) -> None:
+    tasks = partition(bert[14])
+    ffn_in = next(task for task in tasks if task.attr("activation") == "gelu")
+    m, n, k = BATCH * SEQ, FFN, HIDDEN
+    assert ffn_in.flops == 2 * m * n * k + m * n * (1 + ACTIVATION_FLOPS["gelu"])
+    assert ffn_in.min_bytes == 4 * (m * k + k * n + n + m * n)
+    twin = synthetic.gemm_task(SEQ, FFN, HIDDEN, batch=(BATCH,), bias=True, activation="gelu")
+    assert ffn_in.key == twin.key and ffn_in == twin
+    query = _by_kind(tasks, "gemm")[0]
+    assert query.flops == 2 * m * HIDDEN * HIDDEN + m * HIDDEN
+    assert query.key == synthetic.gemm_task(SEQ, HIDDEN, HIDDEN, batch=(BATCH,), bias=True).key
+    attention = _by_kind(tasks, "attention")[0]
+    assert attention.flops == 4 * BATCH * HEADS * SEQ * SEQ * (HIDDEN // HEADS)
+    assert attention.key == synthetic.attention_task(BATCH, HEADS, SEQ, HIDDEN // HEADS, mask=True,
+                                                     k_transposed=True).key
+
+
+def test_layernorm_primitive_and_op_forms_are_one_workload(bert: dict[int, Graph]) -> None:
+    primitive, op_form = partition(bert[14]), partition(bert[17])
+    primitive_norms = _by_kind(primitive, "layernorm")
+    assert all(len(task.nodes) == 9 for task in primitive_norms)  # ReduceMean ... Add(beta)
+    assert all(len(task.nodes) == 1 for task in _by_kind(op_form, "layernorm"))
+    assert [t.key for t in primitive_norms] == [t.key for t in _by_kind(op_form, "layernorm")]
+    counts = {task.key: count for task, count in summarize(primitive)}
+    assert counts[primitive_norms[0].key] == 2 * LAYERS + 1  # every norm in the model: one kernel
+    assert counts[_by_kind(primitive, "attention")[0].key] == LAYERS
+    assert sum(counts.values()) == len(primitive)
+
+
+@pytest.mark.parametrize("opset", [14, 17])
+def test_bert_with_task_references_reproduces_the_model(bert: dict[int, Graph], opset: int) -> None:
+    graph = bert[opset]
+    tasks = partition(graph)
+    feeds = random_feeds(graph, seed=0)
+    want = run_graph(graph, feeds)
+    got = _run_with_references(graph, tasks, feeds)
+    for name in graph.outputs:
+        assert _relative_error(got[name], want[name]) < 1e-5, name
+    values = _graph_values(graph, [n for task in tasks for n in task.input_names], feeds)
+    for task in _by_kind(tasks, "elementwise"):  # the expression means what the nodes compute
+        inputs = _task_inputs(task, values)
+        # scalars are inlined as their shortest float32 decimal: exact in float32, 1e-8 off in float64
+        np.testing.assert_allclose(evaluate_expr(task.attr("expr"), inputs).astype(np.float64),
+                                   task.reference(inputs)[0].astype(np.float64), rtol=1e-7)
+
+
+# ----------------------------------------------------------------------------- ResNet-50
+
+
+def test_resnet50_tasks(resnet50: Graph) -> None:
+    tasks = partition(resnet50)
+    convs = _by_kind(tasks, "conv2d")
+    assert len(convs) == sum(node.op_type == "Conv" for node in resnet50.nodes) == 53
+    assert all(task.attr("bias") and task.input_names[1] in task.constants for task in convs)  # BN folded
+    assert Counter(task.attr("activation") for task in convs) == {"relu": 49, "none": 4}  # 4 shortcuts
+    assert sum(task.attr("residual") for task in convs) == 16  # one per bottleneck block
+    assert all(task.attr("activation") == "relu" for task in convs if task.attr("residual"))
+    pools = _by_kind(tasks, "pool")
+    assert [pool.attr("op") for pool in pools] == ["max", "avg"]
+    assert [task.kind for task in tasks[-2:]] == ["gemm", "softmax"]
+    assert not _by_kind(tasks, "elementwise")
+    assert not _glue_ops(resnet50, tasks) & COMPUTE_OPS
+    assert tasks[-2].key == synthetic.gemm_task(1, 1000, 2048, trans_b=True, bias=True).key
+    stem = tasks[0]
+    assert stem.flops == 2 * 64 * 112 * 112 * 3 * 7 * 7 + 64 * 112 * 112 * 2  # + bias, relu
+    assert stem.key == synthetic.conv2d_task(1, 3, 224, 224, 64, 7, 7, stride=2, pad=3, activation="relu").key
+
+
+def test_resnet50_folded_tasks_match_the_graph(resnet50: Graph) -> None:
+    tasks = partition(resnet50)
+    convs = _by_kind(tasks, "conv2d")
+    chosen = [convs[0], next(t for t in convs if t.attr("residual")), next(t for t in convs if t.attr("activation") == "none"),
+              *_by_kind(tasks, "pool"), _by_kind(tasks, "gemm")[0]]
+    feeds = random_feeds(resnet50, seed=1)
+    names = [name for task in chosen for name in (*task.input_names, *task.output_names)]
+    values = _graph_values(resnet50, [*(name for name in names if name in resnet50.values), *resnet50.outputs],
+                           feeds)
+    for task in chosen:
+        got = task.reference(_task_inputs(task, values))[0]
+        assert _relative_error(got, values[task.output_names[0]]) < 1e-5, task.label
+    got = _run_with_references(resnet50, tasks, feeds)
+    output = resnet50.outputs[0]
+    assert _relative_error(got[output], values[output]) < 1e-4
+
+
+# ----------------------------------------------------------------------------- exporter spellings
+
+
+def _sdpa_attention(builder: GraphBuilder, causal: bool) -> str:
+    """torch's SDPA export: Q and K^T each scaled by sqrt(scale), K transposed by a Transpose."""
+    b, h, s, d = 1, 2, 6, 8
+    root_scale = builder.constant(math.sqrt(1 / math.sqrt(d)))
+    q = builder.op("Mul", [builder.input("q", (b, h, s, d)), root_scale], (b, h, s, d))
+    kt = builder.op("Transpose", [builder.input("k", (b, h, s, d))], (b, h, d, s), perm=[0, 1, 3, 2])
+    kt = builder.op("Mul", [kt, root_scale], (b, h, d, s))
+    scores = builder.op("MatMul", [q, kt], (b, h, s, s))
+    if causal:
+        upper = np.triu(np.full((s, s), -np.inf, dtype=np.float32), 1)
+        scores = builder.op("Add", [scores, builder.constant(upper)], (b, h, s, s))
+    probs = builder.op("Softmax", [scores], (b, h, s, s), axis=-1)
+    return builder.op("MatMul", [probs, builder.input("v", (b, h, s, d))], (b, h, s, d))
+
+
+def test_sdpa_export_is_the_same_attention() -> None:
+    """Same kernel problem; the scale is the float32 product of the two root scales, which may sit
+    one ulp away from 1/sqrt(D) (then the key differs: the kernel must use the model's number)."""
+    builder = GraphBuilder("sdpa", "float32")
+    task = builder.task(_sdpa_attention(builder, causal=True))
+    eager = synthetic.attention_task(1, 2, 6, 8, causal=True)
+    assert task.inputs == eager.inputs and task.input_names == ("q", "k", "v")
+    attrs, eager_attrs = dict(task.attrs), dict(eager.attrs)
+    assert attrs.pop("scale") == pytest.approx(eager_attrs.pop("scale"), rel=1e-6)
+    assert attrs == eager_attrs
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal(spec.shape) for spec in task.inputs)
+    np.testing.assert_allclose(task.reference([q, k, v])[0], eager.reference([q, k, v])[0], rtol=1e-6, atol=1e-6)
+
+
+def test_activation_spellings_share_a_key() -> None:
+    builder = GraphBuilder("gelu_op", "float32")
+    y = builder.op("MatMul", [builder.input("a", (4, 8)), builder.input("b", (8, 5))], (4, 5))
+    gelu_op = builder.task(builder.op("Gelu", [y], (4, 5)), opset=20)
+    assert gelu_op.key == synthetic.gemm_task(4, 5, 8, activation="gelu").key
+    builder = GraphBuilder("silu_reversed", "float32")
+    y = builder.op("MatMul", [builder.input("a", (4, 8)), builder.input("b", (8, 5))], (4, 5))
+    silu = builder.task(builder.op("Mul", [builder.op("Sigmoid", [y], (4, 5)), y], (4, 5)))
+    assert silu.attr("activation") == "silu"
+
+
+def test_rmsnorm_reciprocal_spelling() -> None:
+    builder = GraphBuilder("rms", "float32")
+    x = builder.input("x", (3, 16))
+    square = builder.op("Mul", [x, x], (3, 16))
+    mean = builder.op("ReduceMean", [square], (3, 1), axes=[-1], keepdims=1)
+    std = builder.op("Sqrt", [builder.op("Add", [builder.constant(1e-6), mean], (3, 1))], (3, 1))
+    inverse = builder.op("Reciprocal", [std], (3, 1))
+    scaled = builder.op("Mul", [x, inverse], (3, 16))
+    task = builder.task(builder.op("Mul", [scaled, builder.input("gamma", (16,))], (3, 16)))
+    assert task.key == synthetic.rmsnorm_task(3, 16).key
+    rng = np.random.default_rng(0)
+    x_value, gamma = rng.standard_normal((3, 16)), rng.standard_normal(16)
+    np.testing.assert_allclose(task.reference([x_value, gamma])[0],
+                               synthetic.rmsnorm_task(3, 16).reference([x_value, gamma])[0], rtol=1e-12)
+
+
+def test_shared_intermediates_stop_fusion() -> None:
+    """A value read twice is a task boundary: a gemm whose output is also a graph output has no
+    epilogue, and elementwise trees split where a value has two consumers."""
+    builder = GraphBuilder("shared", "float32")
+    y = builder.op("MatMul", [builder.input("a", (4, 8)), builder.input("b", (8, 5))], (4, 5))
+    biased = builder.op("Add", [y, builder.input("bias", (5,))], (4, 5))
+    shifted = builder.op("Sub", [biased, builder.constant(1.0)], (4, 5))
+    doubled = builder.op("Mul", [shifted, builder.constant(2.0)], (4, 5))
+    squared = builder.op("Mul", [shifted, shifted], (4, 5))
+    out = builder.op("Add", [builder.op("Exp", [doubled], (4, 5)), squared], (4, 5))
+    tasks = partition(builder.graph([y, out]))
+    assert [task.kind for task in tasks] == ["gemm", "elementwise", "elementwise"]
+    gemm, first, second = tasks
+    assert dict(gemm.attrs)["bias"] is False and gemm.output_names == (y,)
+    assert first.attr("expr") == (("add", "in0", "in1"), ("sub", "t0", 1.0))
+    assert second.attr("expr") == (("mul", "in0", 2.0), ("mul", "in0", "in0"), ("exp", "t0"), ("add", "t2", "t1"))
+    assert second.input_names == (shifted,)

@@ -1,0 +1,184 @@
+"""The TVM backend: templates built with LLVM on this host match the float64 reference.
+
+Shapes are small and deliberately not multiples of any tile; every test counts its builds
+(~0.4 s each with export_library), about 20 in all.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tvm")
+
+from portkern import synthetic  # noqa: E402
+from portkern.backends import get_backend  # noqa: E402
+from portkern.backends.base import Artifact, Backend, Candidate, CompileError, Program, Variant  # noqa: E402
+from portkern.backends.tvm import TvmBackend  # noqa: E402
+from portkern.backends.tvm.common import HostFacts, sample_valid  # noqa: E402
+from portkern.hwprofile import load_target  # noqa: E402
+from portkern.tasks import Task  # noqa: E402
+from portkern.verify import compare, make_inputs, verify  # noqa: E402
+
+FP32_TOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def backend() -> TvmBackend:
+    found = get_backend(load_target("cpu"))
+    assert isinstance(found, TvmBackend)
+    return found
+
+
+def only_variant(backend: Backend, task: Task) -> Variant:
+    variants = backend.variants(task)
+    assert len(variants) == 1, [v.name for v in variants]
+    return variants[0]
+
+
+def build(backend: Backend, task: Task, config: dict[str, Any] | None = None) -> tuple[Artifact, Program]:
+    variant = only_variant(backend, task)
+    artifact = backend.compile(Candidate.of(variant, config or variant.default), task)
+    return artifact, backend.load(artifact, task)
+
+
+def run(backend: Backend, program: Program, task: Task, inputs: list[np.ndarray]) -> np.ndarray:
+    outputs = [backend.empty(spec, float("nan")) for spec in task.outputs]
+    program([backend.to_device(a) for a in inputs], outputs)
+    return backend.to_host(outputs[0])
+
+
+def assert_matches_reference(backend: Backend, program: Program, task: Task, seed: int = 3) -> np.ndarray:
+    inputs = make_inputs(task, seed, "normal")
+    got = run(backend, program, task, inputs)
+    result = compare(got, task.reference(inputs)[0], FP32_TOL)
+    assert result["passed"], result["reason"]
+    return got
+
+
+def sampled(backend: Backend, task: Task, count: int, seed: int) -> list[dict[str, Any]]:
+    variant = only_variant(backend, task)
+    configs = sample_valid(variant.space, count, seed,
+                           lambda c: c != dict(variant.default)
+                           and backend.check(Candidate.of(variant, c), task) is None)
+    assert len(configs) == count
+    return configs
+
+
+GEMM_ODD = dict(m=37, n=29, k=24)  # 37 rows, 29 columns: boundary tiles in both dimensions
+CONV_ODD = dict(n=1, c=5, h=11, w=13, oc=7, kh=3, kw=3)
+
+
+@pytest.mark.parametrize("activation", ["none", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"])
+def test_gemm_default_every_activation(backend: TvmBackend, activation: str) -> None:
+    task = synthetic.gemm_task(**GEMM_ODD, activation=activation, bias=True, residual=activation == "gelu")
+    _, program = build(backend, task)
+    assert_matches_reference(backend, program, task)
+
+
+@pytest.mark.parametrize("shape", [dict(trans_b=True, bias=True), dict(batch=(2,), residual=True)],
+                         ids=["trans_b", "batched"])
+def test_gemm_sampled_configs(backend: TvmBackend, shape: dict[str, Any]) -> None:
+    task = synthetic.gemm_task(**GEMM_ODD, **shape)
+    for config in sampled(backend, task, 2, seed=5):
+        _, program = build(backend, task, config)
+        assert_matches_reference(backend, program, task)
+
+
+def test_conv2d_default_resnet_epilogue(backend: TvmBackend) -> None:
+    task = synthetic.conv2d_task(**CONV_ODD, pad=1, activation="relu", residual=True)
+    _, program = build(backend, task)
+    assert_matches_reference(backend, program, task)
+
+
+@pytest.mark.parametrize("options", [dict(stride=2, pad=1, group=1, activation="silu"),
+                                     dict(stride=1, pad=2, dilation=2, group=1, bias=False)],
+                         ids=["strided", "dilated"])
+def test_conv2d_sampled_configs(backend: TvmBackend, options: dict[str, Any]) -> None:
+    task = synthetic.conv2d_task(**CONV_ODD, **options)
+    for config in sampled(backend, task, 2, seed=7):
+        _, program = build(backend, task, config)
+        assert_matches_reference(backend, program, task)
+
+
+def test_conv2d_grouped_and_flat_pointwise(backend: TvmBackend) -> None:
+    grouped = synthetic.conv2d_task(2, 6, 9, 10, 8, 3, 3, stride=2, pad=1, group=2)
+    _, program = build(backend, grouped)
+    assert_matches_reference(backend, program, grouped)
+    pointwise = synthetic.conv2d_task(1, 6, 9, 10, 12, 1, 1, activation="relu")
+    variant = only_variant(backend, pointwise)
+    _, program = build(backend, pointwise, {**variant.default, "spatial": "flat", "tile_w": 16,
+                                            "c_block": 8})
+    assert_matches_reference(backend, program, pointwise)
+
+
+def test_program_passes_the_gate(backend: TvmBackend) -> None:
+    """Poisoned outputs, in-place rewrites, input hashing, two seeds and distributions."""
+    task = synthetic.gemm_task(**GEMM_ODD, activation="gelu", bias=True)
+    variant = only_variant(backend, task)
+    _, program = build(backend, task)
+    verdict = verify(backend, program, task, variant.precision)
+    assert verdict.passed, verdict.reason
+
+
+def test_artifact_round_trips_through_bytes(backend: TvmBackend) -> None:
+    task = synthetic.conv2d_task(**CONV_ODD, pad=1, activation="relu")
+    artifact, program = build(backend, task)
+    assert artifact.binary_name == "kernel.so" and artifact.binary and artifact.binary[:4] == b"\x7fELF"
+    assert "T.prim_func" in artifact.source  # the lowered TensorIR, readable
+    reread = Artifact(backend=artifact.backend, variant=artifact.variant, config=dict(artifact.config),
+                      source=artifact.source, binary=bytes(bytearray(artifact.binary)),
+                      binary_name=artifact.binary_name, meta=dict(artifact.meta))
+    inputs = make_inputs(task, 9, "normal")
+    first = run(backend, program, task, inputs)
+    again = run(backend, backend.load(reread, task), task, inputs)
+    np.testing.assert_array_equal(first, again)
+
+
+def test_constraints_reject_before_building(backend: TvmBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tvm
+
+    def no_build(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a rejected config reached the compiler")
+
+    monkeypatch.setattr(tvm, "compile", no_build)
+    task = synthetic.gemm_task(**GEMM_ODD, trans_b=True)
+    variant = only_variant(backend, task)
+    lanes = HostFacts.of(backend.target).lanes
+    bad = {
+        "lanes": (dict(tile_n=8, vector_lanes=16),
+                  "not a multiple of vector_lanes" if lanes >= 16 else "exceeds the host"),
+        "registers": (dict(tile_m=16, tile_n=64, vector_lanes=lanes), "vector registers"),
+        "gather": (dict(pack_b=False), "trans_b"),
+        "unroll": (dict(unroll_k=16), "not one of"),
+    }
+    for overrides, expected in bad.values():
+        candidate = Candidate.of(variant, {**variant.default, **overrides})
+        reason = backend.check(candidate, task)
+        assert reason and expected in reason, reason
+        with pytest.raises(CompileError, match=expected):
+            backend.compile(candidate, task)
+
+
+def test_variants_and_identity(backend: TvmBackend) -> None:
+    gemm = synthetic.gemm_task(8, 8, 8)
+    variant = only_variant(backend, gemm)
+    assert variant.precision == "fp32" and set(variant.default) == set(variant.space)
+    assert backend.check(Candidate.of(variant, variant.default), gemm) is None
+    assert "KIND = \"gemm\"" in variant.source
+    assert backend.variants(synthetic.gemm_task(8, 8, 8, "float16")) == []
+    assert backend.variants(synthetic.softmax_task(4, 8)) == []
+    fingerprint = backend.fingerprint()
+    assert fingerprint["tvm"].startswith("0.27") and "llvm" in fingerprint["llvm_target"]
+    assert fingerprint["cpu"]
+
+
+def test_baseline_runs_on_tvm_buffers(backend: TvmBackend) -> None:
+    task = synthetic.gemm_task(**GEMM_ODD, activation="relu", bias=True)
+    baseline = backend.baseline(task)
+    assert baseline is not None
+    inputs = make_inputs(task, 4, "normal")
+    got = run(backend, baseline, task, inputs)
+    result = compare(got, task.reference(inputs)[0], FP32_TOL)
+    assert result["passed"], result["reason"]
