@@ -16,8 +16,8 @@ from .errors import PortkernError
 __version__ = "0.1.0"
 
 _LAZY = {
-    "tune": ("portkern.tune", "tune"),
-    "TuneReport": ("portkern.tune", "TuneReport"),
+    "tune": ("portkern.tuner", "tune"),
+    "TuneReport": ("portkern.tuner", "TuneReport"),
     "Session": ("portkern.runtime", "Session"),
     "load_pack": ("portkern.pack", "load_pack"),
     "Pack": ("portkern.pack", "Pack"),

@@ -199,7 +199,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from .onnx_import import parse_shape_args
-    from .tune import TuneOptions, print_summary, run_tune
+    from .tuner import TuneOptions, print_summary, run_tune
 
     proposers = tuple(args.proposer) if args.proposer else (
         ("builtin", "rules", "llm") if args.llm_endpoint else ("builtin", "rules"))

@@ -51,8 +51,9 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Collection, Sequence
 
+import ml_dtypes
 import numpy as np
 
 from .executor import _explicit_pads
@@ -97,6 +98,7 @@ _ADDS = ("Add", "Sum")  # a two-input Sum (older exports' residual add) is an Ad
 _MAX_ACTIVATION_NODES = 12
 _CAUSAL_MASKED_AT_MOST = -1e4
 _PROBE = np.linspace(-8.0, 8.0, 161)
+_MATCH_TOLERANCE = 1e-5  # float32 constants; lower-precision constants widen it
 
 Expr = tuple[tuple[Any, ...], ...]
 
@@ -169,7 +171,7 @@ class _Context:
     def scalar(self, name: str) -> float | None:
         """A one-element constant as written in an expression (canonical at its dtype), else None."""
         value = self.graph.constants.get(name)
-        if value is None or value.size != 1 or value.dtype.kind not in "fiu":
+        if value is None or value.size != 1 or not (value.dtype.kind in "iu" or value.dtype.name in FLOAT_DTYPES):
             return None
         return canonical_float(value, value.dtype.name)
 
@@ -198,7 +200,7 @@ class _Context:
         first, second = node.inputs
         return second if first == value else first
 
-    def closed(self, nodes: Sequence[Node], output: str, inner: set[str] = frozenset()) -> bool:
+    def closed(self, nodes: Sequence[Node], output: str, inner: Collection[str] = ()) -> bool:
         """Every value made inside (and every `inner` value) is read only inside, except `output`."""
         ids = {id(node) for node in nodes}
         made = {name for node in nodes for name in node.outputs if name} | set(inner)
@@ -286,15 +288,23 @@ def _build_expr(ctx: _Context, nodes: Sequence[Node], inputs: Sequence[str]) -> 
 
 
 def _identify_activation(ctx: _Context, region: Sequence[Node], value: str) -> str | None:
+    """The known activation closest to what the region computes on probe points, if close enough.
+
+    Close enough scales with the precision of the region's constants: an fp16 export's sqrt(2) is
+    1.414, and must still read as gelu (the closest, not the first, candidate wins).
+    """
     expr = _build_expr(ctx, region, [value])
-    if not expr:
-        return None
+    scalars = [ctx.graph.constants[name] for node in region for name in node.inputs if ctx.scalar(name) is not None]
+    tolerance = max([_MATCH_TOLERANCE] + [8 * float(ml_dtypes.finfo(c.dtype).eps) for c in scalars
+                                          if c.dtype.name in FLOAT_DTYPES])
     with np.errstate(all="ignore"):
-        got = evaluate_expr(expr, [_PROBE])
-        for name, func in ACTIVATION_FUNCS.items():
-            if got.shape == _PROBE.shape and np.allclose(got, func(_PROBE), rtol=1e-5, atol=1e-6):
-                return name
-    return None
+        got = evaluate_expr(expr, [_PROBE]).astype(np.float64)
+        if got.shape != _PROBE.shape:
+            return None
+        errors = {name: float(np.max(np.abs(got - want) / (1.0 + np.abs(want))))
+                  for name, want in ((name, func(_PROBE)) for name, func in ACTIVATION_FUNCS.items())}
+    best = min(errors, key=errors.__getitem__)
+    return best if errors[best] < tolerance else None
 
 
 def _match_activation(ctx: _Context, value: str, allowed: Sequence[str]) -> tuple[str, list[Node], str]:
@@ -316,7 +326,7 @@ def _match_activation(ctx: _Context, value: str, allowed: Sequence[str]) -> tupl
         out = step.outputs[0]
         if ctx.closed(region, out, {value}):
             name = _identify_activation(ctx, region, value)
-            if name in allowed:
+            if name is not None and name in allowed:
                 best = (name, list(region), out)
     return best
 
@@ -395,7 +405,8 @@ def _match_gemm(ctx: _Context, node: Node) -> _Match | None:
 def _peel_operand(ctx: _Context, value: str, consumer: Node, allow_transpose: bool
                   ) -> tuple[str, float, bool, list[Node]]:
     """Walk up through scalar Mul/Div and (once) a last-two-axes Transpose feeding `consumer`."""
-    scale, transposed, nodes = 1.0, False, []
+    scale, transposed = 1.0, False
+    nodes: list[Node] = []
     while True:
         node = ctx.producer.get(value)
         if node is None or id(node) in ctx.claimed or ctx.sole_user(value) is not (nodes[-1] if nodes else consumer):

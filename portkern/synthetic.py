@@ -253,7 +253,7 @@ def reduce_task(shape: Sequence[int], dtype: str, op: str, axes: Sequence[int], 
         operands = [x, builder.constant(axes_list, "int64")] if axes_list else [x]
         y = builder.op("ReduceSum", operands, out_shape, keepdims=int(keepdims))
     else:
-        extra = {"axes": axes_list} if axes_list else {}
+        extra: dict[str, Any] = {"axes": axes_list} if axes_list else {}
         y = builder.op(_REDUCE_OPS[op], [x], out_shape, keepdims=int(keepdims), **extra)
     return builder.task(y)
 

@@ -7,6 +7,7 @@ server errors, a slow server, a server without structured output) on 127.0.0.1.
 from __future__ import annotations
 
 import email.utils
+import hashlib
 import json
 import socket
 import time
@@ -77,6 +78,15 @@ def make_proposer(server: ReplayServer, tmp_path: Path, budget: LlmBudget | None
                   **options: Any) -> LlmProposer:
     client_options = {"budget": budget} if budget else {}
     return replay_proposer(server, tmp_path / "transcripts", client_options=client_options, **options)
+
+
+def llm_name(name: str, kernel_file: str) -> str:
+    """The variant name the proposer gives a recorded kernel: its name and a hash of its source."""
+    return f"llm_{name}_{hashlib.sha256(kernel_source(kernel_file).encode()).hexdigest()[:8]}"
+
+
+GOOD = llm_name("softmax_row_masked", "good_softmax.py")
+UNMASKED = llm_name("softmax_unmasked", "no_tail_mask.py")
 
 
 def transcripts(tmp_path: Path) -> list[dict[str, Any]]:
@@ -299,7 +309,7 @@ def test_prompt_reports_gate_checks_failing_first(backend, feedback) -> None:
     checks = [{"seed": 11, "distribution": "normal", "passed": True, "rel_l2": 1.1e-7, "max_abs": 2e-8},
               {"seed": 23, "distribution": "negative", "run": "fresh", "output": 0, "passed": False,
                "rel_l2": 0.0700205, "max_abs": 0.00312, "reason": "relative L2 error 0.07 > 1e-05"}]
-    attempt = PreviousAttempt(name="llm004_softmax_unmasked", source="SOURCE-OF-ATTEMPT", stage="rejected",
+    attempt = PreviousAttempt(name=UNMASKED, source="SOURCE-OF-ATTEMPT", stage="rejected",
                               message="relative L2 error 0.07 > 1e-05", checks=checks, config={"num_warps": 4})
     user = build_prompt(softmax_task(), backend, feedback, [], attempt)[1]["content"]
     failing = user.index("seed=23 distribution=negative run=fresh output=0 passed=False rel_l2=0.07002 "
@@ -316,7 +326,7 @@ def test_proposer_returns_only_variants_that_pass_the_static_check(backend, feed
     with ReplayServer.from_fixtures(*answers) as server:
         proposer = make_proposer(server, tmp_path, proposals_per_round=len(answers))
         variants = proposer.propose(softmax_task(), backend, feedback)
-    assert [v.name for v in variants] == ["llm001_softmax_row_masked", "llm005_softmax_unmasked"]
+    assert [v.name for v in variants] == [GOOD, UNMASKED]
     assert all(v.origin == "llm" and v.kind == "softmax" and v.backend == "triton" for v in variants)
     assert variants[0].source == kernel_source("good_softmax.py")
     assert variants[0].space == {"num_warps": (1, 2, 4, 8)} and variants[0].precision == "fp32"
@@ -331,7 +341,7 @@ def test_proposer_returns_only_variants_that_pass_the_static_check(backend, feed
                                            "nor a ```python fenced block")
     assert verdicts[6][:2] == ("parse", False) and verdicts[6][2].endswith(
         "(the answer was cut off at the token limit: write a shorter module)")
-    assert verdicts[7][0] == "duplicate" and "llm001_softmax_row_masked" in verdicts[7][2]
+    assert verdicts[7] == ("duplicate", False, f"identical to the earlier proposal {GOOD}: write a different kernel")
     assert proposer.stop_reason is None
 
 
@@ -339,19 +349,19 @@ def test_next_prompt_carries_the_previous_failure(backend, feedback, tmp_path) -
     task = softmax_task()
     with ReplayServer.from_fixtures("syntax_error", "imports_torch", "no_code", "no_tail_mask", "no_tail_mask",
                               "good_softmax") as server:
-        proposer = make_proposer(server, tmp_path)
-        for _ in range(4):  # syntax error, torch cheat, no code, the boundary bug (passes the static check)
-            variants = proposer.propose(task, backend, feedback)
-        assert [v.name for v in variants] == ["llm004_softmax_unmasked"]
+        proposer = make_proposer(server, tmp_path)  # 3 attempts per round
+        # round 0: syntax error, torch cheat, no code: each reason goes straight into the next request
+        assert proposer.propose(task, backend, feedback) == []
+        # round 1: the boundary bug passes the static check and goes to the gate
+        assert [v.name for v in proposer.propose(task, backend, feedback)] == [UNMASKED]
         verdict = Verdict(passed=False, reason="relative L2 error 0.0708 > 1e-05 (worst at (3, 999): got 0.00041, "
                           "want 0.00071)", precision="fp32", tolerance={"rel_l2": 1e-5},
                           checks=[{"seed": 11, "distribution": "normal", "run": "fresh", "output": 0,
                                    "passed": False, "rel_l2": 0.0708, "max_abs": 0.00093,
                                    "reason": "relative L2 error 0.0708 > 1e-05"}])
-        proposer.record_outcome("llm004_softmax_unmasked", trial("llm004_softmax_unmasked", "rejected",
-                                                                 verdict.reason, verdict))
-        proposer.propose(task, backend, feedback)  # the same kernel again: refused as a duplicate
-        proposer.propose(task, backend, feedback)
+        proposer.record_outcome(UNMASKED, trial(UNMASKED, "rejected", verdict.reason, verdict))
+        # round 2: the same kernel again (refused as a duplicate), then the good one
+        assert [v.name for v in proposer.propose(task, backend, feedback)] == [GOOD]
     prompts = server.user_prompts()
     assert "Previous attempt" not in prompts[0]
     assert "refused before compiling (static_check): syntax error: expected ':' (line 24)" in prompts[1]
@@ -362,8 +372,8 @@ def test_next_prompt_carries_the_previous_failure(backend, feedback, tmp_path) -
     assert ("failed verification (rejected, config {'num_warps': 4}): relative L2 error 0.0708 > 1e-05 "
             "(worst at (3, 999)") in prompts[4]
     assert "seed=11 distribution=normal run=fresh output=0 passed=False rel_l2=0.0708 max_abs=0.00093" in prompts[4]
-    assert ("refused before compiling (duplicate): identical to the earlier proposal llm004_softmax_unmasked"
-            in prompts[5])
+    assert f"refused before compiling (duplicate): identical to the earlier proposal {UNMASKED}" in prompts[5]
+    assert len(prompts) == 6
 
 
 def test_compiler_error_and_success_reach_the_next_prompt(backend, feedback, tmp_path) -> None:
@@ -415,6 +425,17 @@ def test_transcripts_hold_the_whole_exchange_and_its_outcomes(backend, feedback,
     assert all("sk-never-written" not in p.read_text() for p in (tmp_path / "transcripts").iterdir())
 
 
+def test_a_resumed_tune_appends_transcripts(backend, feedback, tmp_path) -> None:
+    with ReplayServer.from_fixtures("no_code", "good_softmax") as server:
+        first = LlmProposer.from_options(server.url, MODEL, tmp_path, max_requests=5, attempts_per_round=1)
+        assert first.propose(softmax_task(), backend, feedback) == []
+        resumed = LlmProposer.from_options(server.url, MODEL, tmp_path, max_requests=5)
+        assert [v.name for v in resumed.propose(softmax_task(), backend, feedback)] == [GOOD]
+    assert resumed.client.budget.max_requests == 5 and resumed.client.timeout_s == 120
+    names = sorted(p.name for p in tmp_path.glob("*.json"))
+    assert names == [f"0001-{softmax_task().key}.json", f"0002-{softmax_task().key}.json"]
+
+
 def test_proposer_stops_cleanly_on_budget_and_endpoint_errors(backend, feedback, tmp_path) -> None:
     with ReplayServer.from_fixtures("good_softmax", "good_softmax") as server:
         proposer = make_proposer(server, budget=LlmBudget(max_requests=1), tmp_path=tmp_path / "budget",
@@ -439,7 +460,7 @@ def test_proposer_rejects_a_kernel_of_another_kind(backend, feedback, tmp_path) 
     layernorm_task = Task(kind="layernorm", inputs=task.inputs, outputs=task.outputs, attrs=(("eps", 1e-5),),
                           flops=0, min_bytes=0)
     with ReplayServer.from_fixtures("good_softmax") as server:
-        proposer = make_proposer(server, tmp_path)
+        proposer = make_proposer(server, tmp_path, attempts_per_round=1)
         assert proposer.propose(layernorm_task, backend, feedback) == []
     [transcript] = transcripts(tmp_path)
     assert transcript["static_check"]["reason"] == "the module declares KIND = 'softmax' but the task is 'layernorm'"
@@ -460,14 +481,13 @@ def test_gate_keeps_only_the_good_kernel_and_its_verdict_reaches_the_prompt(tmp_
             record, _ = execute_trial(triton_backend, TrialJob(task, Candidate.of(variant, variant.default), floor))
             proposer.record_outcome(variant.name, record)
             statuses[variant.name] = (record.status, record.reason)
-        proposer.proposals_per_round = 1
+        proposer.proposals_per_round = proposer.attempts_per_round = 1
         proposer.propose(task, triton_backend, Feedback(floor, None))
-    assert list(statuses) == ["llm002_softmax_unmasked", "llm003_softmax_row_masked"]  # the torch cheat never ran
-    assert statuses["llm002_softmax_unmasked"][0] == "rejected"
-    assert statuses["llm002_softmax_unmasked"][1].startswith("relative L2 error")
-    assert statuses["llm003_softmax_row_masked"] == ("ok", "")
+    assert list(statuses) == [UNMASKED, GOOD]  # the torch cheat never ran
+    assert statuses[UNMASKED][0] == "rejected" and statuses[UNMASKED][1].startswith("relative L2 error")
+    assert statuses[GOOD] == ("ok", "")
     last_prompt = server.user_prompts()[-1]
-    assert "Your previous kernel `llm003_softmax_row_masked` passed the gate" in last_prompt
-    [unmasked] = [t for t in transcripts(tmp_path) if t["variant"] == "llm002_softmax_unmasked"]
+    assert f"Your previous kernel `{GOOD}` passed the gate" in last_prompt
+    [unmasked] = [t for t in transcripts(tmp_path) if t["variant"] == UNMASKED]
     assert unmasked["outcomes"][0]["status"] == "rejected"
     assert unmasked["outcomes"][0]["verdict"]["checks"][-1]["rel_l2"] > 1e-3

@@ -87,6 +87,8 @@ def run_gate(variant: Variant, config: dict[str, Any], task: Task) -> None:
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_variant_matches_reference(name: str, dtype: str) -> None:
     variant = VARIANTS[name]
+    if variant.precision == "tf32" and dtype != "float32":
+        pytest.skip("tf32 is a promise about float32 inputs; the variant refuses other dtypes")
     served = 0
     for index, build in enumerate(CASES[variant.kind]):
         task = build(dtype)

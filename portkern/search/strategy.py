@@ -27,7 +27,6 @@ from .records import RecordLog, TrialRecord
 from .worker import TrialJob
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 FAILED_VALUE = 1e3  # seconds told to the study for a failed trial: worse than any real kernel
 
@@ -150,8 +149,10 @@ def search_workload(task: Task, variants: Sequence[Variant], runner: Runner, *, 
     if options.sampler == "random":
         sampler = optuna.samplers.RandomSampler(seed=options.seed)
     else:
-        sampler = optuna.samplers.TPESampler(seed=options.seed, multivariate=True, group=True,
-                                             constant_liar=True, n_startup_trials=8)
+        with warnings.catch_warnings():  # multivariate/group are marked experimental in Optuna
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            sampler = optuna.samplers.TPESampler(seed=options.seed, multivariate=True, group=True,
+                                                 constant_liar=True, n_startup_trials=8)
     study = optuna.create_study(study_name=study_name(task, backend, variants), storage=storage,
                                 direction="minimize", sampler=sampler, load_if_exists=True)
     for frozen in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):

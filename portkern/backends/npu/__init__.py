@@ -74,14 +74,15 @@ class NpuBackend(Backend):
 
     # --- kernels ---------------------------------------------------------------------------
     @staticmethod
-    def _builtin_sources() -> dict[str, str]:
+    def builtin_sources() -> dict[str, str]:
+        """kernels/*.py by name: the built-in variant library."""
         folder = resources.files(__package__).joinpath("kernels")
         return {entry.name[:-3]: entry.read_text() for entry in sorted(folder.iterdir(), key=lambda e: e.name)
                 if entry.name.endswith(".py") and not entry.name.startswith("_")}
 
     def variants(self, task: Task) -> list[Variant]:
         found = []
-        for name, source in self._builtin_sources().items():
+        for name, source in self.builtin_sources().items():
             variant = variant_from_source(f"npu_{name}", source, self.name, "builtin", ALLOWED_IMPORTS)
             if variant.kind == task.kind:
                 found.append(variant)

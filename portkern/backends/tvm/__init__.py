@@ -27,12 +27,13 @@ from ...ir import TensorSpec
 from ...ort_subgraph import OrtProgram, OrtSubgraphError
 from ...tasks import Task
 from ..base import Artifact, Backend, Candidate, CompileError, Program, Variant
-from . import conv2d, gemm
+from . import conv2d, gemm, softmax
 from .common import nearest_valid
 
 TEMPLATES: dict[str, tuple[types.ModuleType, ...]] = {
     "gemm": (gemm,),
     "conv2d": (conv2d,),
+    "softmax": (softmax,),
 }
 
 

@@ -213,3 +213,48 @@ def nearest_valid(default: Mapping[str, Any], space: Mapping[str, Sequence[Any]]
 
     best = min((c for c in configs(space) if valid(c)), key=distance, default=None)
     return best
+
+
+def row_reduce(value: Callable[[Any, Any], Any], rows: int, n: int, lanes: int, combine: str,
+               name: str) -> te.Tensor:
+    """A reduction over each row of `value(r, j)`; with lanes > 1, first into `lanes` partials
+    (one vector accumulator, j strided by lanes) and then across them, so the long loop vectorizes."""
+    reducer = te.sum if combine == "sum" else te.max
+    if lanes == 1:
+        j = te.reduce_axis((0, n), name=f"{name}_j")
+        return te.compute((rows,), lambda r: reducer(value(r, j), axis=j), name=name)
+    step = te.reduce_axis((0, n // lanes), name=f"{name}_step")
+    partial = te.compute((rows, lanes), lambda r, lane: reducer(value(r, step * lanes + lane), axis=step),
+                         name=f"{name}_lanes")
+    lane = te.reduce_axis((0, lanes), name=f"{name}_lane")
+    return te.compute((rows,), lambda r: reducer(partial[r, lane], axis=lane), name=name)
+
+
+def schedule_rows(sch: s_tir.Schedule, config: Mapping[str, Any], row_stages: Sequence[str]) -> None:
+    """Row-wise kernels: blocks of rows_per_task rows per thread; every stage of a row (named in
+    dataflow order) computed under that row's loop, its innermost loop vectorized."""
+    lanes = config["vector_lanes"]
+    out = sch.get_sblock("out")
+    rows, cols = sch.get_loops(out)
+    task_rows, row = sch.split(rows, [None, config["rows_per_task"]])
+    if config["parallel"]:
+        sch.parallel(task_rows)
+    sch.vectorize(sch.split(cols, [None, lanes])[1])
+    present = {sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))}
+    for name in reversed([s for s in row_stages if s in present]):
+        sch.compute_at(sch.get_sblock(name), row)
+    for name in row_stages:
+        if name not in present:
+            continue
+        block = sch.get_sblock(name)
+        inner = sch.get_loops(block)[2:]  # below the row-block and row loops
+        if name.endswith("_lanes"):  # (lane, step): step outside, the lane vector inside
+            lane, step = inner
+            sch.reorder(step, lane)
+            sch.vectorize(lane)
+        elif len(inner) == 1 and not _is_reduction(sch, block):
+            sch.vectorize(sch.split(inner[0], [None, lanes])[1])
+
+
+def _is_reduction(sch: s_tir.Schedule, block: Any) -> bool:
+    return any(var.iter_type == var.CommReduce for var in sch.get(block).iter_vars)

@@ -9,6 +9,7 @@ person can see what the model was told, what it said and what was done with it.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import logging
 import os
@@ -21,7 +22,8 @@ from ...backends.kernel_module import KernelSourceError, variant_from_source
 from ...tasks import Task
 from ..proposers import Feedback, Proposer
 from ..records import TrialRecord
-from .client import ChatClient, ChatReply, LlmBudgetExhausted, LlmError, MalformedReply, parse_kernel_reply
+from .client import (ChatClient, ChatReply, LlmBudget, LlmBudgetExhausted, LlmError, MalformedReply,
+                     parse_kernel_reply)
 from .prompt import PreviousAttempt, build_prompt, contract_imports, example_sources
 
 TRANSCRIPT_FORMAT = "portkern-llm-transcript/1"
@@ -45,33 +47,46 @@ class LlmProposer(Proposer):
     name = "llm"
 
     def __init__(self, client: ChatClient, transcript_dir: Path | str, *, proposals_per_round: int = 1,
-                 max_examples: int = 2) -> None:
+                 attempts_per_round: int = 3, max_examples: int = 2) -> None:
         self.client = client
         self.transcript_dir = Path(transcript_dir)
         self.transcript_dir.mkdir(parents=True, exist_ok=True)
         self.proposals_per_round = proposals_per_round
+        # a reply that cannot be read or breaks the contract is asked again at once, with the reason
+        self.attempts_per_round = max(attempts_per_round, proposals_per_round)
         self.max_examples = max_examples
         self.stop_reason: str | None = None  # why no more requests are made (budget, endpoint)
-        self._sequence = 0
+        self._sequence = _last_sequence(self.transcript_dir)  # a resumed tune appends, never overwrites
         self._proposals: dict[str, _Proposal] = {}  # variant name -> proposal
         self._source_owner: dict[str, str] = {}  # source hash -> variant name (no duplicates)
         self._previous: dict[str, PreviousAttempt] = {}  # task key -> the last attempt's outcome
 
+    @classmethod
+    def from_options(cls, endpoint: str, model: str, transcript_dir: Path | str, *, max_requests: int = 32,
+                     max_tokens: int = 400_000, timeout_s: float = 120, proposals_per_round: int = 1,
+                     attempts_per_round: int = 3) -> "LlmProposer":
+        """The proposer the CLI builds from --llm-endpoint, --llm-model and the budget flags."""
+        client = ChatClient(endpoint, model, timeout_s=timeout_s,
+                            budget=LlmBudget(max_requests=max_requests, max_tokens=max_tokens))
+        return cls(client, transcript_dir, proposals_per_round=proposals_per_round,
+                   attempts_per_round=attempts_per_round)
+
     # --- the Proposer interface --------------------------------------------------------------------
     def propose(self, task: Task, backend: Backend, feedback: Feedback) -> list[Variant]:
-        """Up to `proposals_per_round` variants that passed the static check; [] once stopped."""
+        """Up to `proposals_per_round` variants that passed the static check, in at most
+        `attempts_per_round` requests; [] once stopped (budget spent, endpoint failed)."""
         for record in feedback.history:
             self.record_outcome(record.variant, record)
         if self.stop_reason:
             return []
         examples = example_sources(backend, task, self.max_examples)
-        variants = []
-        for _ in range(self.proposals_per_round):
+        variants: list[Variant] = []
+        for _ in range(self.attempts_per_round):
+            if len(variants) == self.proposals_per_round or self.stop_reason:
+                break
             variant = self._exchange(task, backend, feedback, examples)
             if variant is not None:
                 variants.append(variant)
-            if self.stop_reason:
-                break
         return variants
 
     def record_outcome(self, variant_name: str, record: TrialRecord) -> None:
@@ -141,7 +156,8 @@ class LlmProposer(Proposer):
             self._previous[task.key] = PreviousAttempt(name=f"answer #{self._sequence}", source=reply.content,
                                                        stage="parse", message=reason)
             return None
-        name = f"llm{self._sequence:03d}_{kernel.name}"
+        # named by content: the same source is the same variant in any run (and a resumed tune)
+        name = f"llm_{kernel.name}_{hashlib.sha256(kernel.source.encode()).hexdigest()[:8]}"
         transcript["parsed"] = {"name": kernel.name, "source": kernel.source, "rationale": kernel.rationale,
                                 "extracted_from": kernel.extracted_from}
         stage, reason, variant = "static_check", "", None
@@ -162,6 +178,11 @@ class LlmProposer(Proposer):
         transcript["static_check"] = {"passed": True, "stage": "static_check", "reason": ""}
         transcript["variant"] = name
         return variant
+
+
+def _last_sequence(transcript_dir: Path) -> int:
+    numbers = [int(p.name.split("-", 1)[0]) for p in transcript_dir.glob("*-*.json") if p.name.split("-", 1)[0].isdigit()]
+    return max(numbers, default=0)
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

@@ -1,15 +1,17 @@
 """LayerNorm over the last axis in one pass: each program holds ROWS_PER_PROGRAM whole rows in registers.
 
 x is read once and y written once; mean and variance are taken in fp32 from the centred values
-held in registers (no sum-of-squares cancellation). gamma and beta are loaded once per program.
+held in registers (no sum-of-squares cancellation). gamma and beta are loaded once per program;
+EVICTION is the cache hint on the streaming load ('' = none).
 """
 import triton
 import triton.language as tl
 
 KIND = "layernorm"
 PRECISION = "fp32"
-SPACE = {"ROWS_PER_PROGRAM": [1, 2, 4, 8, 16], "num_warps": [1, 2, 4, 8, 16]}
-DEFAULT = {"ROWS_PER_PROGRAM": 1, "num_warps": 4}
+SPACE = {"ROWS_PER_PROGRAM": [1, 2, 4, 8, 16], "num_warps": [1, 2, 4, 8, 16],
+         "EVICTION": ["evict_first", "evict_last", ""]}
+DEFAULT = {"ROWS_PER_PROGRAM": 1, "num_warps": 4, "EVICTION": ""}
 
 # include: rowwise
 
@@ -23,12 +25,13 @@ def constraints(task, config, target):
 
 @triton.jit
 def _layernorm_rows(x_ptr, gamma_ptr, beta_ptr, y_ptr, n_rows, n_cols, eps,
-                    BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
+                    BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
+                  EVICTION: tl.constexpr):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
     offsets = tl.minimum(rows, n_rows - 1).to(tl.int64)[:, None] * n_cols + cols[None, :]
-    x = tl.load(x_ptr + offsets, mask=col_ok[None, :], other=0.0, eviction_policy="evict_first")
+    x = tl.load(x_ptr + offsets, mask=col_ok[None, :], other=0.0, eviction_policy=EVICTION)
     x = x.to(tl.float32)
     mean = tl.sum(x, axis=1) / n_cols
     centred = tl.where(col_ok[None, :], x - mean[:, None], 0.0)
@@ -45,4 +48,4 @@ def launch(task, config, inputs, outputs):
     grid = (triton.cdiv(n_rows, rows_per_program),)
     _layernorm_rows[grid](inputs[0], inputs[1], inputs[2], outputs[0], n_rows, n_cols,
                           float(task.attr("eps", 1e-5)), BLOCK_N=triton.next_power_of_2(n_cols),
-                          ROWS=rows_per_program, num_warps=config["num_warps"])
+                          ROWS=rows_per_program, EVICTION=config["EVICTION"], num_warps=config["num_warps"])

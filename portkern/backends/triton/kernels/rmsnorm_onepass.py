@@ -1,15 +1,16 @@
 """RMSNorm over the last axis in one pass: each program holds ROWS_PER_PROGRAM whole rows in registers.
 
 x is read once and y written once; the mean square is taken in fp32. gamma is loaded once per
-program.
+program; EVICTION is the cache hint on the streaming load ('' = none).
 """
 import triton
 import triton.language as tl
 
 KIND = "rmsnorm"
 PRECISION = "fp32"
-SPACE = {"ROWS_PER_PROGRAM": [1, 2, 4, 8, 16], "num_warps": [1, 2, 4, 8, 16]}
-DEFAULT = {"ROWS_PER_PROGRAM": 1, "num_warps": 4}
+SPACE = {"ROWS_PER_PROGRAM": [1, 2, 4, 8, 16], "num_warps": [1, 2, 4, 8, 16],
+         "EVICTION": ["evict_first", "evict_last", ""]}
+DEFAULT = {"ROWS_PER_PROGRAM": 1, "num_warps": 4, "EVICTION": ""}
 
 # include: rowwise
 
@@ -22,12 +23,13 @@ def constraints(task, config, target):
 
 
 @triton.jit
-def _rmsnorm_rows(x_ptr, gamma_ptr, y_ptr, n_rows, n_cols, eps, BLOCK_N: tl.constexpr, ROWS: tl.constexpr):
+def _rmsnorm_rows(x_ptr, gamma_ptr, y_ptr, n_rows, n_cols, eps, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
+                  EVICTION: tl.constexpr):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
     offsets = tl.minimum(rows, n_rows - 1).to(tl.int64)[:, None] * n_cols + cols[None, :]
-    x = tl.load(x_ptr + offsets, mask=col_ok[None, :], other=0.0, eviction_policy="evict_first")
+    x = tl.load(x_ptr + offsets, mask=col_ok[None, :], other=0.0, eviction_policy=EVICTION)
     x = x.to(tl.float32)
     rstd = tl.rsqrt(tl.sum(x * x, axis=1) / n_cols + eps)
     gamma = tl.load(gamma_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)

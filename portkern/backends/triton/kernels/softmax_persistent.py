@@ -10,8 +10,8 @@ import triton.language as tl
 KIND = "softmax"
 PRECISION = "fp32"
 SPACE = {"ROWS_PER_PROGRAM": [1, 2, 4], "num_warps": [2, 4, 8, 16],
-         "PROGRAMS_PER_CORE": [1, 2, 4, 8], "NUM_STAGES": [1, 2, 3]}
-DEFAULT = {"ROWS_PER_PROGRAM": 1, "num_warps": 4, "PROGRAMS_PER_CORE": 4, "NUM_STAGES": 2}
+         "PROGRAMS_PER_CORE": [1, 2, 4, 8], "NUM_STAGES": [1, 2, 3], "EVICTION": ["evict_first", ""]}
+DEFAULT = {"ROWS_PER_PROGRAM": 1, "num_warps": 4, "PROGRAMS_PER_CORE": 4, "NUM_STAGES": 2, "EVICTION": ""}
 
 HOST_CORES = 2  # off the GPU (interpreter, cross-compilation): few programs, each loops over many rows
 
@@ -30,17 +30,23 @@ def constraints(task, config, target):
     return _spill_reason(tile, config, target)
 
 
+_CORES = {}  # device index -> multiprocessors: the driver query costs ~1 ms, far more than the kernel
+
+
 def _core_count(tensor):
     if tensor.device.type in ("cpu", "meta"):
         return HOST_CORES
-    return triton.runtime.driver.active.utils.get_device_properties(tensor.device.index)["multiprocessor_count"]
+    index = tensor.device.index
+    if index not in _CORES:
+        _CORES[index] = triton.runtime.driver.active.utils.get_device_properties(index)["multiprocessor_count"]
+    return _CORES[index]
 
 
 @triton.jit
 def _softmax_persistent(x_ptr, y_ptr, n_rows, n_cols, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
-                        NUM_STAGES: tl.constexpr):
+                        NUM_STAGES: tl.constexpr, EVICTION: tl.constexpr):
     for block in tl.range(tl.program_id(0), tl.cdiv(n_rows, ROWS), tl.num_programs(0), num_stages=NUM_STAGES):
-        _softmax_tile(x_ptr, y_ptr, block * ROWS, n_rows, n_cols, BLOCK_N, ROWS)
+        _softmax_tile(x_ptr, y_ptr, block * ROWS, n_rows, n_cols, BLOCK_N, ROWS, EVICTION)
 
 
 def launch(task, config, inputs, outputs):
@@ -49,4 +55,5 @@ def launch(task, config, inputs, outputs):
     programs = _core_count(inputs[0]) * config["PROGRAMS_PER_CORE"]
     _softmax_persistent[(min(triton.cdiv(n_rows, rows_per_program), programs),)](
         inputs[0], outputs[0], n_rows, n_cols, BLOCK_N=triton.next_power_of_2(n_cols),
-        ROWS=rows_per_program, NUM_STAGES=config["NUM_STAGES"], num_warps=config["num_warps"])
+        ROWS=rows_per_program, NUM_STAGES=config["NUM_STAGES"], EVICTION=config["EVICTION"],
+        num_warps=config["num_warps"])

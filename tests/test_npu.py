@@ -1,0 +1,251 @@
+"""The simulated Ascend-like NPU backend: its variants pass the gate in Triton's interpreter, its
+check() rejects what the chip cannot hold before anything runs, and its cost model behaves.
+
+Every time here is modeled (simulated), never measured.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any, Callable
+
+import pytest
+
+from portkern.backends import get_backend
+from portkern.backends.base import Candidate, CompileError, Variant
+from portkern.backends.kernel_module import read_header
+from portkern.backends.npu import NpuBackend
+from portkern.backends.npu.simulator import Chip, Schedule, roofline_seconds, simulate
+from portkern.hwprofile import load_target
+from portkern.synthetic import (attention_task, conv2d_task, gemm_task, layernorm_task, rmsnorm_task,
+                                softmax_task)
+from portkern.tasks import Task
+from portkern.verify import GateOptions, floor_violation, verify
+
+pytest.importorskip("triton")
+pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def npu() -> NpuBackend:
+    backend = get_backend(load_target("ascend910b"))
+    assert isinstance(backend, NpuBackend)
+    return backend
+
+
+def _variant(backend: NpuBackend, task: Task) -> Variant:
+    (variant,) = backend.variants(task)
+    return variant
+
+
+def _candidate(backend: NpuBackend, task: Task, **overrides: Any) -> Candidate:
+    variant = _variant(backend, task)
+    return Candidate.of(variant, {**variant.default, **overrides})
+
+
+# Odd shapes (no dimension a multiple of a tile), both dtypes, every epilogue path; the configs
+# are small valid ones so the interpreter stays fast.
+GATE_CASES: list[tuple[str, Callable[[], Task], dict[str, Any]]] = [
+    ("softmax-fp16", lambda: softmax_task(37, 100, "float16"), {"ROWS": 4}),
+    ("softmax-fp32", lambda: softmax_task(3, 5, "float32"), {}),
+    ("layernorm-fp16", lambda: layernorm_task(37, 100, "float16"), {"ROWS": 4}),
+    ("layernorm-fp32", lambda: layernorm_task(5, 7, "float32"), {}),
+    ("rmsnorm-fp16", lambda: rmsnorm_task(37, 100, "float16"), {"ROWS": 4}),
+    ("rmsnorm-fp32", lambda: rmsnorm_task(3, 5, "float32"), {}),
+    ("gemm-fp32", lambda: gemm_task(37, 45, 29, "float32"), {"BLOCK_M": 64, "BLOCK_N": 64}),
+    ("gemm-fp16-bias-transb", lambda: gemm_task(37, 45, 29, "float16", bias=True, trans_b=True),
+     {"BLOCK_M": 64, "BLOCK_N": 64}),
+    ("gemm-fp32-gelu-bias-residual",
+     lambda: gemm_task(37, 45, 29, "float32", activation="gelu", bias=True, residual=True),
+     {"BLOCK_M": 64, "BLOCK_N": 128}),
+    ("gemm-fp32-batched-silu", lambda: gemm_task(20, 33, 17, "float32", activation="silu", batch=(2,)),
+     {"BLOCK_M": 64, "BLOCK_N": 128}),
+    ("gemm-fp16-tanh-residual", lambda: gemm_task(20, 33, 17, "float16", activation="tanh", residual=True),
+     {"BLOCK_M": 64, "BLOCK_N": 256}),
+    ("conv2d-fp32-pad", lambda: conv2d_task(2, 3, 9, 7, 5, 3, 3, "float32", pad=1), {"BLOCK_N": 64}),
+    ("conv2d-fp32-group-stride-relu-residual",
+     lambda: conv2d_task(1, 4, 8, 8, 6, 3, 3, "float32", stride=2, pad=1, group=2, activation="relu",
+                         residual=True), {"BLOCK_N": 64}),
+    ("conv2d-fp16-dilation-relu6",
+     lambda: conv2d_task(1, 4, 10, 9, 4, 3, 2, "float16", dilation=2, bias=False, activation="relu6"),
+     {"BLOCK_M": 256, "BLOCK_N": 64}),
+    ("attention-fp32", lambda: attention_task(1, 2, 19, 24, "float32", seq_kv=37),
+     {"BLOCK_M": 16, "BLOCK_N": 128}),
+    ("attention-fp16-mask-causal", lambda: attention_task(2, 2, 19, 16, "float16", mask=True, causal=True,
+                                                          seq_kv=37), {"BLOCK_M": 16}),
+    ("attention-fp32-kt-causal", lambda: attention_task(1, 2, 33, 16, "float32", causal=True, k_transposed=True),
+     {"BLOCK_M": 16, "BLOCK_N": 128}),
+]
+# two seeds (normal + large values) keep the interpreter under budget; every other gate check runs
+FAST_GATE = GateOptions(seeds=(11, 23), distributions=("normal", "large"))
+
+
+@pytest.mark.parametrize("make_task, overrides", [c[1:] for c in GATE_CASES], ids=[c[0] for c in GATE_CASES])
+def test_variant_passes_the_gate(npu: NpuBackend, make_task: Callable[[], Task], overrides: dict[str, Any]) -> None:
+    task = make_task()
+    candidate = _candidate(npu, task, **overrides)
+    assert npu.check(candidate, task) is None
+    program = npu.load(npu.compile(candidate, task), task)
+    verdict = verify(npu, program, task, candidate.variant.precision, FAST_GATE)
+    assert verdict.passed, verdict.reason
+    floor = roofline_seconds(task.flops, task.min_bytes, task.dtype, npu.target.profile)
+    assert floor_violation(npu.modeled_seconds(program), floor) is None
+
+
+def test_every_builtin_kind_has_a_gate_case(npu: NpuBackend) -> None:
+    offered = {read_header(source)["KIND"] for source in npu.builtin_sources().values()}
+    assert offered == {make().kind for _, make, _ in GATE_CASES}
+
+
+# --- check(): rejected before anything runs, each with its reason ---------------------------------
+
+def test_check_rejects_tiles_over_ub(npu: NpuBackend) -> None:
+    task = layernorm_task(64, 4096, "float16")
+    reason = npu.check(_candidate(npu, task, ROWS=32, BUFFERS=3), task)
+    assert reason and "UB" in reason and "196608" in reason
+
+
+def test_check_rejects_tiles_over_l0(npu: NpuBackend) -> None:
+    task = gemm_task(512, 512, 512, "float16")
+    reason = npu.check(_candidate(npu, task, BLOCK_M=256, BLOCK_N=256), task)
+    assert reason and "L0C" in reason
+
+
+def test_check_rejects_more_programs_than_cores(npu: NpuBackend) -> None:
+    task = softmax_task(4096, 128, "float32")
+    reason = npu.check(_candidate(npu, task, ROWS=1, PROGRAMS=96), task)
+    assert reason and "96 programs exceeds the 48 vector cores" in reason
+    gemm = gemm_task(1024, 1024, 64, "float16")
+    reason = npu.check(_candidate(npu, gemm, BLOCK_M=64, BLOCK_N=64, PROGRAMS=48), gemm)
+    assert reason and "48 programs exceeds the 24 cube cores" in reason
+
+
+def test_check_rejects_misaligned_tails(npu: NpuBackend) -> None:
+    # a cube+vector GEMM (activation epilogue): fp16 output tile of 128 lanes = 256 B, not 512
+    task = gemm_task(64, 256, 64, "float16", activation="relu")
+    reason = npu.check(_candidate(npu, task, BLOCK_N=128), task)
+    assert reason and "not 512-byte aligned" in reason
+    assert npu.check(_candidate(npu, task, BLOCK_N=256), task) is None
+    # the same tile on a cube-only GEMM needs only 32 B
+    plain = gemm_task(64, 256, 64, "float16")
+    assert npu.check(_candidate(npu, plain, BLOCK_N=128), plain) is None
+
+
+def test_rejected_candidate_never_compiles(npu: NpuBackend) -> None:
+    task = softmax_task(4096, 128, "float32")
+    with pytest.raises(CompileError, match="exceeds"):
+        npu.compile(_candidate(npu, task, ROWS=1, PROGRAMS=96), task)
+
+
+def test_bfloat16_is_refused_with_its_reason(npu: NpuBackend) -> None:
+    task = softmax_task(8, 64, "bfloat16")
+    reason = npu.check(_candidate(npu, task), task)
+    assert reason and "bfloat16" in reason and "interpreter" in reason
+
+
+def test_forbidden_source_is_rejected(npu: NpuBackend) -> None:
+    task = softmax_task(8, 64, "float32")
+    honest = _variant(npu, task)
+    cheat = dataclasses.replace(honest, name="cheat", source="import torch\n" + honest.source)
+    reason = npu.check(Candidate.of(cheat, honest.default), task)
+    assert reason and "torch" in reason
+
+
+# --- the backend's identity and clock ----------------------------------------------------------------
+
+def test_fingerprint_and_modeled_time_come_from_the_cost_model(npu: NpuBackend) -> None:
+    assert npu.simulated
+    assert "simulated ascend910b, cost model version" in npu.fingerprint()["device"]
+    task = layernorm_task(256, 768, "float16")
+    artifact = npu.compile(_candidate(npu, task), task)
+    program = npu.load(artifact, task)
+    assert npu.modeled_seconds(program) == artifact.meta["modeled"]["seconds"]
+    assert artifact.meta["modeled"]["simulated"] is True
+
+
+# --- the simulator ------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def chip(npu: NpuBackend) -> Chip:
+    return npu.chip
+
+
+def _vector_schedule(**changes: Any) -> Schedule:
+    raw: dict[str, Any] = {
+        "core": "vector", "programs": 48, "tiles": 64, "total_tiles": 48 * 64, "buffers": 2,
+        "per_tile": {"gm_to_ub": 16384, "ub_to_gm": 16384, "vector_ops": 8192 * 8},
+        "live": {"ub": 4 * 16384}, "tails": {"ub": [2048]}, "gm_alignment": 512,
+        "footprint_bytes": 48 * 64 * 32768,
+    }
+    raw.update(changes)
+    return Schedule.parse(raw)
+
+
+def test_more_bytes_take_more_time(chip: Chip) -> None:
+    times = [simulate(_vector_schedule(per_tile={"gm_to_ub": size, "ub_to_gm": size, "vector_ops": 1024}),
+                      chip).seconds for size in (1024, 4096, 16384, 65536)]
+    assert times == sorted(times) and times[0] < times[-1]
+
+
+def test_double_buffering_overlaps(chip: Chip) -> None:
+    times = {buffers: simulate(_vector_schedule(buffers=buffers), chip).seconds for buffers in (1, 2, 3)}
+    assert times[2] <= times[1] * 0.75  # load, compute and store overlap instead of adding up
+    assert times[3] <= times[2]
+
+
+def test_small_transfers_and_unaligned_rows_waste_bandwidth(chip: Chip) -> None:
+    # the same bytes in 16 KB transfers (near peak) vs 1 KB ones; 512 B- vs 32 B-aligned GM rows
+    big = _vector_schedule(programs=4, total_tiles=4 * 64)
+    small = _vector_schedule(programs=4, total_tiles=4 * 64, transfers={"gm_to_ub": 16, "ub_to_gm": 16})
+    unaligned = _vector_schedule(programs=4, total_tiles=4 * 64, gm_alignment=32)
+    assert simulate(small, chip).seconds > simulate(big, chip).seconds * 1.5
+    assert simulate(unaligned, chip).seconds > simulate(big, chip).seconds * 1.3
+
+
+def test_programs_beyond_the_cores_run_in_waves(chip: Chip) -> None:
+    one_wave = simulate(_vector_schedule(), chip)
+    two_waves = simulate(_vector_schedule(programs=96, total_tiles=96 * 64), chip)
+    assert two_waves.waves == 2 and two_waves.seconds > 1.8 * (one_wave.seconds - chip.launch_seconds)
+
+
+def test_gemm_tile_that_fits_l0_runs_near_cube_peak(npu: NpuBackend, chip: Chip) -> None:
+    """128x256 output tile, operands resident across a long K loop (reused from L0): cube-bound."""
+    macs = 128 * 256 * 64
+    schedule = Schedule.parse({
+        "core": "cube", "programs": 24, "tiles": 512, "total_tiles": 24 * 512, "buffers": 2,
+        "per_tile": {"gm_to_l1": 2048, "l1_to_l0": 2048, "cube_macs": macs, "l0c_to_gm": 128},
+        "live": {"l0a": 32768, "l0b": 65536, "l0c": 131072, "l1": 98304}, "tails": {"l1": [128, 512]},
+        "gm_alignment": 512, "footprint_bytes": 1 << 20, "cube_dtype": "float16",
+    })
+    estimate = simulate(schedule, chip)
+    cube_only = 24 * 512 * macs * 2 / npu.target.profile.peak("float16")
+    assert estimate.bound == "cube"
+    assert cube_only / (estimate.seconds - chip.launch_seconds) > 0.95
+
+
+def _best_modeled(npu: NpuBackend, task: Task) -> tuple[float, dict[str, Any]]:
+    """Exhaustive search over the variant's space by modeled time (what the tuner's search sees)."""
+    variant = _variant(npu, task)
+    results = []
+    for combo in itertools.product(*variant.space.values()):
+        candidate = Candidate.of(variant, dict(zip(variant.space, combo)))
+        if npu.check(candidate, task) is None:
+            results.append((npu.compile(candidate, task).meta["modeled"]["seconds"], candidate.params))
+    return min(results, key=lambda r: r[0])
+
+
+@pytest.mark.parametrize("make_task", [
+    lambda: gemm_task(4096, 3072, 768, "float16"),
+    lambda: gemm_task(4096, 3072, 768, "float16", bias=True),
+    lambda: layernorm_task(4096, 768, "float16"),
+    lambda: layernorm_task(4096, 768, "float32"),
+], ids=["bert-gemm-fp16", "bert-gemm-bias-fp16", "bert-layernorm-fp16", "bert-layernorm-fp32"])
+def test_bert_shapes_modeled_fraction_of_roofline(npu: NpuBackend, make_task: Callable[[], Task]) -> None:
+    task = make_task()
+    seconds, config = _best_modeled(npu, task)
+    floor = roofline_seconds(task.flops, task.min_bytes, task.dtype, npu.target.profile)
+    default = npu.compile(_candidate(npu, task), task).meta["modeled"]["seconds"]
+    print(f"\n[simulated] {task.label}: best {seconds * 1e6:.2f} us with {config}; "
+          f"simulated floor {floor * 1e6:.2f} us -> {floor / seconds:.0%} of roofline "
+          f"(default config {floor / default:.0%})")
+    assert floor <= seconds <= default

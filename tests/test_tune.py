@@ -1,0 +1,119 @@
+"""`portkern tune` end to end on the CPU (Triton interpreter for the h200 target): profile, search,
+gate, whole-model check against onnxruntime, pack, run with the pack; kill -9 and --resume."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import portkern
+from portkern.measure import MeasureOptions
+from portkern.models import random_feeds
+from portkern.search.records import RecordLog
+
+FAST = MeasureOptions(warmup=1, repeats=3, input_sets=2)
+
+
+def _small_model(path: Path, rows: int = 8, hidden: int = 48) -> Path:
+    """LayerNorm (as ONNX's op) -> MatMul + bias + Relu -> Softmax: three kinds of task."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal(hidden).astype(np.float32), "gamma"),
+             numpy_helper.from_array(rng.standard_normal(hidden).astype(np.float32), "beta"),
+             numpy_helper.from_array((rng.standard_normal((hidden, 40)) / 7).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(40).astype(np.float32), "b")]
+    nodes = [helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["ln"], name="ln", axis=-1, epsilon=1e-5),
+             helper.make_node("MatMul", ["ln", "w"], ["mm"], name="mm"),
+             helper.make_node("Add", ["mm", "b"], ["biased"], name="bias"),
+             helper.make_node("Relu", ["biased"], ["act"], name="relu"),
+             helper.make_node("Softmax", ["act"], ["y"], name="softmax", axis=-1)]
+    graph = helper.make_graph(nodes, "small", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", hidden])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", 40])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_tune_pack_run(tmp_path: Path) -> None:
+    model = _small_model(tmp_path / "small.onnx")
+    lines: list[str] = []
+    report = portkern.tune(model, target="h200", shapes={"x": (8, 48)}, out=tmp_path / "small.pkpack",
+                           trials=9, per_task_trials=3, min_task_trials=3, measure=FAST, progress=lines.append)
+    kinds = {o.profile.task.kind for o in report.outcomes}
+    assert kinds == {"layernorm", "gemm", "softmax"}
+    assert any("trial" in line for line in lines) and any("end-to-end" in line for line in lines)
+    assert report.end_to_end["passed"] and report.end_to_end["max_rel_l2_vs_onnxruntime"] < 1e-4
+    tuned = [o for o in report.outcomes if o.result is not None]
+    assert tuned and all(o.result.measured >= 1 for o in tuned)
+    # every trial of the run is on the record, with its status
+    records = list(RecordLog(report.work_dir / "records.jsonl"))
+    assert len(records) == sum(o.result.measured for o in tuned)
+    assert all(r.status in ("ok", "invalid", "compile_error", "runtime_error", "timeout", "rejected") for r in records)
+    pack = portkern.load_pack(tmp_path / "small.pkpack")
+    kept = [o for o in report.outcomes if o.status == "kept"]
+    assert set(pack.entries) == {o.profile.task.key for o in kept}
+    for entry in pack.entries.values():
+        assert entry.verdict.passed and entry.measurement.median > 0 and entry.artifact.source
+    # the runtime: the pack's kernels where they exist, the executor elsewhere, same answer as onnxruntime
+    session = portkern.Session(model, tmp_path / "small.pkpack")
+    assert len(session.kernels) == len(pack.entries)
+    assert len(session.kernels) + len(session.fallbacks) == 3
+    feeds = random_feeds(session.graph, seed=5)
+    got = session.run(feeds)["y"]
+    want = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-4
+
+
+def test_pack_from_other_software_is_refused(tmp_path: Path) -> None:
+    model = _small_model(tmp_path / "small.onnx")
+    portkern.tune(model, target="h200", shapes={"x": (8, 48)}, out=tmp_path / "p.pkpack", trials=3,
+                  per_task_trials=1, min_task_trials=1, measure=FAST, max_tasks=1)
+    manifest = tmp_path / "p.pkpack" / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["fingerprint"]["triton"] = "0.0.1"
+    manifest.write_text(json.dumps(data))
+    with pytest.raises(portkern.PortkernError, match="other hardware/software"):
+        portkern.Session(model, tmp_path / "p.pkpack")
+    session = portkern.Session(model, tmp_path / "p.pkpack", allow_mismatch=True)  # re-verified by the gate
+    assert len(session.kernels) + len(session.fallbacks) == 3
+
+
+def test_kill_9_then_resume_keeps_every_finished_trial(tmp_path: Path) -> None:
+    model = _small_model(tmp_path / "small.onnx")
+    out = tmp_path / "k.pkpack"
+    command = [sys.executable, "-m", "portkern", "tune", str(model), "--target", "h200", "--shape", "x=8x48",
+               "-o", str(out), "--trials", "40", "--per-task-trials", "40", "--max-tasks", "1", "--quiet"]
+    records_path = Path(f"{out}.work") / "records.jsonl"
+    proc = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        if records_path.exists() and len(records_path.read_text().splitlines()) >= 3:
+            break
+        if proc.poll() is not None:
+            pytest.fail(f"tune ended before it could be killed: {proc.stderr.read().decode()[-2000:]}")
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # the tuner and its worker, mid-trial
+    proc.wait()
+    before = {r.candidate_key: r for r in RecordLog(records_path)}
+    assert len(before) >= 3 and not out.exists()
+    resumed = subprocess.run(command + ["--resume", "--trials", "4", "--per-task-trials", "4"],
+                             capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    after = list(RecordLog(records_path))
+    keys = [r.candidate_key for r in after]
+    assert set(before) <= set(keys), "a finished trial was lost"
+    assert len(keys) == len(set(keys)), "a configuration was measured twice"
+    assert len(after) > len(before)
+    import optuna
+
+    studies = optuna.get_all_study_summaries(f"sqlite:///{Path(f'{out}.work') / 'study.db'}")
+    completed = sum(s.n_trials for s in studies)
+    assert completed >= len(after)
