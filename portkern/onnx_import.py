@@ -38,6 +38,18 @@ MIN_OPSET, MAX_OPSET = 9, 21
 DEFAULT_DOMAINS = ("", "ai.onnx")
 # ops whose output shape is a function of their inputs' shapes only: folded when those are known
 SHAPE_ONLY_OPS = frozenset({"Shape", "Size"})
+# ops whose output shape depends on input *values*: those inputs must be constants after folding
+# (a Reshape target computed from data would leave the graph without concrete shapes)
+VALUE_SHAPED_INPUTS: dict[str, tuple[int, ...]] = {
+    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),
+    "Slice": (1, 2, 3, 4), "Pad": (1, 3), "OneHot": (1,), "TopK": (1,), "Split": (1,),
+    "Squeeze": (1,), "Unsqueeze": (1,), "Resize": (1, 2, 3), "Upsample": (1,),
+    "CenterCropPad": (1,), "MaxUnpool": (2,), "Col2Im": (1, 2), "HannWindow": (0,),
+    "HammingWindow": (0,), "BlackmanWindow": (0,), "ReduceSum": (1,), "ReduceMean": (1,),
+    "ReduceMax": (1,), "ReduceMin": (1,), "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,),
+    "ReduceLogSum": (1,), "ReduceLogSumExp": (1,), "ReduceSumSquare": (1,),
+    "NonZero": (0,), "Unique": (0,), "Compress": (1,),
+}
 
 
 def parse_shape_args(args: Sequence[str]) -> dict[str, tuple[int, ...]]:
@@ -226,10 +238,11 @@ def _inferred_specs(proto: onnx.ModelProto) -> dict[str, TensorSpec]:
     for vi in list(graph.value_info) + list(graph.output) + list(graph.input):
         tensor = vi.type.tensor_type
         dims = _dims(vi)
+        concrete = tuple(d for d in dims if isinstance(d, int))
         if (not vi.type.HasField("tensor_type") or not tensor.HasField("shape")
-                or not tensor.elem_type or not all(isinstance(d, int) for d in dims)):
+                or not tensor.elem_type or len(concrete) != len(dims)):
             continue
-        specs[vi.name] = TensorSpec(tuple(int(d) for d in dims), _np_dtype(tensor.elem_type))
+        specs[vi.name] = TensorSpec(concrete, _np_dtype(tensor.elem_type))
     return specs
 
 
@@ -260,6 +273,7 @@ def _fold_and_specify(nodes: list[Node], constants: dict[str, np.ndarray],
                     specs[out] = _spec(constants[out])
             continue
         kept.append(node)
+        _check_static(node, constants)
         outputs = [out for out in node.outputs if out]
         if all(out in inferred for out in outputs):
             specs.update({out: inferred[out] for out in outputs})
@@ -269,6 +283,15 @@ def _fold_and_specify(nodes: list[Node], constants: dict[str, np.ndarray],
         run_nodes([node], env, opset)
         specs.update({out: _spec(np.asarray(env[out])) for out in outputs})
     return kept
+
+
+def _check_static(node: Node, constants: Mapping[str, np.ndarray]) -> None:
+    """A node left after folding must not take its output shape from runtime values."""
+    for index in VALUE_SHAPED_INPUTS.get(node.op_type, ()):
+        if index < len(node.inputs) and node.inputs[index] and node.inputs[index] not in constants:
+            raise ModelError(
+                f"node '{node.name}' ({node.op_type}) gets its output shape from the runtime "
+                f"value '{node.inputs[index]}': portkern needs shapes fixed at import")
 
 
 def load_model(model: str | Path | bytes | onnx.ModelProto,

@@ -14,9 +14,10 @@ Patterns (kinds and kernel signatures are in tasks.py):
   gemm        MatMul(x, W 2-D) or Gemm (alpha = beta = 1, no transA)
               -> [Add bias (N,)] -> [activation] -> [Add residual]:  out = act(x@W + bias) + residual
   bmm         MatMul with both operands >= 3-D -> [Mul|Div scalar]   (scale)
-  conv2d      Conv [-> BatchNormalization folded] -> [Add residual] -> [activation]:
-              out = act(conv(x, w) + bias + residual)  (the ResNet order). Folded BN yields new
-              weights/bias that live in Task.constants under the task's input names.
+  conv2d      Conv [-> BatchNormalization, per-channel Mul/Add/Sub/Div by constants: folded]
+              -> [Add residual] -> [activation]:  out = act(conv(x, w) + bias + residual)  (the
+              ResNet order). Folding yields new weights/bias (when the conv's are constants) that
+              live in Task.constants under the task's input names.
   pool        MaxPool, AveragePool (no ceil_mode, no dilation), GlobalAveragePool
   layernorm   LayerNormalization (last axis), or ReduceMean -> Sub -> Pow 2 | Mul(d,d) -> ReduceMean
               -> Add eps -> Sqrt -> Div | Reciprocal*x -> Mul gamma -> Add beta
@@ -27,8 +28,14 @@ Patterns (kinds and kernel signatures are in tasks.py):
 
 Activations are recognised by what they compute, not by how an exporter spelled them: the largest
 closed elementwise region fed only by the pre-activation value and scalar constants is evaluated
-on probe points and compared with relu, gelu (erf), gelu_tanh, silu, sigmoid, tanh (and relu6 =
-Clip(0, 6) for convolutions).
+on probe points; the closest of relu, gelu (erf), gelu_tanh, silu, sigmoid, tanh (and relu6 =
+Clip(0, 6), convolutions only) wins if it is within a tolerance set by the constants' precision.
+A two-input Sum counts as an Add (older exports' residual adds).
+
+Every task's nodes are in graph order and are the graph's own nodes (same names), except that a
+folded conv task runs a new Conv (the conv's name, folded weights) and an Identity in the place of
+each folded node (BN, per-channel scale or shift);
+so a runtime that skips a task's nodes by name and runs its kernel at the last one is correct.
 
 Elementwise expressions (attrs["expr"]) are a tuple of steps; step i defines "t{i}", the last step
 is the output; operands are task inputs "in0".."inK" (in the task's input order), earlier steps,
@@ -108,7 +115,7 @@ def evaluate_expr(expr: Expr, inputs: Sequence[np.ndarray]) -> np.ndarray:
     values: dict[str, Any] = {}
     for index, value in enumerate(inputs):
         value = np.asarray(value)
-        values[f"in{index}"] = value.astype(np.float64) if value.dtype.kind == "f" else value
+        values[f"in{index}"] = value.astype(np.float64) if value.dtype.name in FLOAT_DTYPES else value
 
     def operand(ref: Any) -> Any:
         return values[ref] if isinstance(ref, str) else ref
@@ -186,12 +193,6 @@ class _Context:
             return None
         node = users[0]
         return node if not op_types or node.op_type in op_types else None
-
-    def free_producer(self, value: str, *op_types: str) -> Node | None:
-        node = self.producer.get(value)
-        if node is None or id(node) in self.claimed or node.op_type not in op_types:
-            return None
-        return node
 
     def other_input(self, node: Node, value: str) -> str | None:
         """The second operand of a binary node one of whose operands is `value`."""
@@ -668,33 +669,88 @@ def _spatial_attrs(node: Node, spatial: Sequence[int], kernel: Sequence[int]) ->
             "dilations": tuple(dilations)}
 
 
-def _fold_batchnorm(ctx: _Context, conv: Node) -> tuple[list[Node], Node, dict[str, np.ndarray]] | None:
-    """Conv -> BatchNormalization with constant parameters as one Conv with new weights and bias.
+def _per_channel(ctx: _Context, name: str | None, channels: int, *, flat: bool = False) -> np.ndarray | None:
+    """A float constant that applies one value per output channel of an NCHW tensor, as (C,).
 
-    Returns the nodes the task runs instead (the new Conv, then the BN as an Identity), the BN
-    node, and the folded weight and bias by name.
+    `flat`: BatchNormalization's (C,) parameters; otherwise broadcasting must put the values on
+    axis 1 (shape (C,1,1), (1,C,1,1)) or be a single value.
     """
-    bn = ctx.sole_user(conv.outputs[0], "BatchNormalization")
+    value = ctx.graph.constants.get(name or "")
+    if value is None or value.dtype.name not in FLOAT_DTYPES:
+        return None
+    as_float = value.astype(np.float64)
+    if value.size == 1:
+        return np.full(channels, float(as_float.reshape(())))
+    padded = (1,) * (4 - value.ndim) + tuple(value.shape) if value.ndim <= 4 else ()
+    if (flat and value.shape == (channels,)) or (not flat and padded == (1, channels, 1, 1)):
+        return as_float.reshape(channels)
+    return None
+
+
+def _channel_affine(ctx: _Context, node: Node, value: str, out_shape: tuple[int, ...]
+                    ) -> tuple[np.ndarray, np.ndarray] | None:
+    """(scale, shift) per output channel when `node` computes scale * value + shift with constants."""
+    channels = out_shape[1]
+    ones, zeros = np.ones(channels), np.zeros(channels)
+    if node.op_type == "BatchNormalization":
+        params = [param for name in node.inputs[1:5]
+                  if (param := _per_channel(ctx, name, channels, flat=True)) is not None]
+        if node.inputs[0] != value or node.attrs.get("training_mode", 0) or any(node.outputs[1:]) \
+                or len(params) != 4:
+            return None
+        gamma, beta, mean, var = params
+        scale = gamma / np.sqrt(var + node.attrs.get("epsilon", 1e-5))
+        return scale, beta - mean * scale
+    if node.op_type not in ("Mul", "Div", *_ADDS, "Sub") or ctx.shape(node.outputs[0]) != out_shape:
+        return None
+    constant = _per_channel(ctx, ctx.other_input(node, value), channels)
+    if constant is None:
+        return None
+    if node.op_type == "Mul":
+        return constant, zeros
+    if node.op_type in _ADDS:
+        return ones, constant
+    if node.op_type == "Sub" and node.inputs[0] == value:
+        return ones, -constant
+    if node.op_type == "Div" and node.inputs[0] == value and np.all(constant != 0.0):
+        return 1.0 / constant, zeros
+    return None
+
+
+def _fold_into_conv(ctx: _Context, conv: Node) -> tuple[list[Node], list[Node], dict[str, np.ndarray]] | None:
+    """Conv -> BatchNormalization / per-channel Mul, Add, Sub, Div by constants, as one Conv.
+
+    Returns the nodes the task runs (a Conv with folded weight and bias, then each folded node as an
+    Identity under its own name, so a runtime that skips a task's nodes by name skips them too),
+    the graph nodes folded away, and the folded weight and bias by name.
+    """
     consts = ctx.graph.constants
     w_name = conv.inputs[1]
-    conv_bias = conv.inputs[2] if len(conv.inputs) > 2 and conv.inputs[2] else None
-    if bn is None or bn.attrs.get("training_mode", 0) or any(name for name in bn.outputs[1:]) \
-            or not all(name in consts for name in bn.inputs[1:5]) or w_name not in consts \
-            or (conv_bias is not None and conv_bias not in consts):
+    bias_name = conv.inputs[2] if len(conv.inputs) > 2 and conv.inputs[2] else None
+    if w_name not in consts or (bias_name is not None and bias_name not in consts):
         return None
-    gamma, beta, mean, var = (consts[name].astype(np.float64) for name in bn.inputs[1:5])
-    weight = consts[w_name]
-    factor = gamma / np.sqrt(var + bn.attrs.get("epsilon", 1e-5))
-    bias = consts[conv_bias].astype(np.float64) if conv_bias else np.zeros_like(mean)
-    prefix = f"{conv.name or conv.outputs[0]}::bn_folded"
-    folded = {
-        f"{prefix}_weight": (weight.astype(np.float64) * factor[:, None, None, None]).astype(weight.dtype),
-        f"{prefix}_bias": ((bias - mean) * factor + beta).astype(weight.dtype),
-    }
-    fused = Node(conv.name, "Conv", [conv.inputs[0], *folded], [conv.outputs[0]], dict(conv.attrs), conv.domain)
-    # the BN node stays, as an identity: a runtime that replaces a task's nodes by name skips it too
-    spent_bn = Node(bn.name, "Identity", [conv.outputs[0]], [bn.outputs[0]], domain=bn.domain)
-    return [fused, spent_bn], bn, folded
+    out_shape = ctx.shape(conv.outputs[0])
+    weight = consts[w_name].astype(np.float64)
+    bias = consts[bias_name].astype(np.float64).reshape(-1) if bias_name else np.zeros(out_shape[1])
+    folded_nodes: list[Node] = []
+    cur = conv.outputs[0]
+    while (node := ctx.sole_user(cur)) is not None:
+        affine = _channel_affine(ctx, node, cur, out_shape)
+        if affine is None:
+            break
+        scale, shift = affine
+        weight, bias = weight * scale[:, None, None, None], bias * scale + shift
+        folded_nodes.append(node)
+        cur = node.outputs[0]
+    if not folded_nodes:
+        return None
+    dtype = consts[w_name].dtype
+    prefix = f"{conv.name or conv.outputs[0]}::folded"
+    folded = {f"{prefix}_weight": weight.astype(dtype), f"{prefix}_bias": bias.astype(dtype)}
+    run = [Node(conv.name, "Conv", [conv.inputs[0], *folded], [conv.outputs[0]], dict(conv.attrs), conv.domain)]
+    for node in folded_nodes:
+        run.append(Node(node.name, "Identity", [run[-1].outputs[0]], [node.outputs[0]], domain=node.domain))
+    return run, folded_nodes, folded
 
 
 def _match_conv(ctx: _Context, conv: Node) -> _Match | None:
@@ -702,17 +758,16 @@ def _match_conv(ctx: _Context, conv: Node) -> _Match | None:
     x_shape, w_shape = ctx.shape(x), ctx.shape(w)
     if len(x_shape) != 4 or len(w_shape) != 4:
         return None
-    fold = _fold_batchnorm(ctx, conv)
+    fold = _fold_into_conv(ctx, conv)
     covers = [conv]
     if fold is None:
         run, bias_name = [conv], conv.inputs[2] if len(conv.inputs) > 2 and conv.inputs[2] else None
         folded: dict[str, np.ndarray] = {}
         out = conv.outputs[0]
     else:
-        run, bn, folded = fold
-        bias_name, out = run[0].inputs[2], bn.outputs[0]
-        covers.append(bn)
-        w = run[0].inputs[1]
+        run, folded_nodes, folded = fold
+        w, bias_name, out = run[0].inputs[1], run[0].inputs[2], run[-1].outputs[0]
+        covers += folded_nodes
     oc = w_shape[0]
     epilogue, _, activation, out, residual = _epilogue(ctx, out, None, CONV_ACTIVATIONS,
                                                        residual_first=True)

@@ -23,7 +23,7 @@ from onnx import helper
 
 from .errors import PortkernError
 from .ir import Graph, Node, TensorSpec
-from .partition import partition
+from .partition import CONV_ACTIVATIONS, GEMM_ACTIVATIONS, partition
 from .tasks import Task
 
 SYNTHETIC_OPSET = 17
@@ -80,8 +80,10 @@ class GraphBuilder:
         return tasks[0]
 
 
-def _activation(builder: GraphBuilder, x: str, activation: str) -> str:
+def _activation(builder: GraphBuilder, x: str, activation: str, allowed: Sequence[str]) -> str:
     """The nodes an exporter emits for an activation, on x."""
+    if activation != "none" and activation not in allowed:
+        raise SyntheticTaskError(f"unknown activation '{activation}' (none, {', '.join(allowed)})")
     shape = builder.values[x].shape
     if activation == "none":
         return x
@@ -95,14 +97,13 @@ def _activation(builder: GraphBuilder, x: str, activation: str) -> str:
         erf = builder.op("Erf", [builder.op("Div", [x, builder.constant(math.sqrt(2.0))], shape)], shape)
         inner = builder.op("Mul", [x, builder.op("Add", [erf, builder.constant(1.0)], shape)], shape)
         return builder.op("Mul", [inner, builder.constant(0.5)], shape)
-    if activation == "gelu_tanh":
-        cube = builder.op("Pow", [x, builder.constant(3.0)], shape)
-        inner = builder.op("Add", [x, builder.op("Mul", [cube, builder.constant(0.044715)], shape)], shape)
-        tanh = builder.op("Tanh", [builder.op("Mul", [inner, builder.constant(math.sqrt(2.0 / math.pi))],
-                                              shape)], shape)
-        half = builder.op("Mul", [x, builder.constant(0.5)], shape)
-        return builder.op("Mul", [half, builder.op("Add", [tanh, builder.constant(1.0)], shape)], shape)
-    raise SyntheticTaskError(f"unknown activation '{activation}'")
+    # gelu_tanh: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))
+    cube = builder.op("Pow", [x, builder.constant(3.0)], shape)
+    inner = builder.op("Add", [x, builder.op("Mul", [cube, builder.constant(0.044715)], shape)], shape)
+    tanh = builder.op("Tanh", [builder.op("Mul", [inner, builder.constant(math.sqrt(2.0 / math.pi))], shape)],
+                      shape)
+    half = builder.op("Mul", [x, builder.constant(0.5)], shape)
+    return builder.op("Mul", [half, builder.op("Add", [tanh, builder.constant(1.0)], shape)], shape)
 
 
 def gemm_task(m: int, n: int, k: int, dtype: str = "float32", *, activation: str = "none",
@@ -121,7 +122,7 @@ def gemm_task(m: int, n: int, k: int, dtype: str = "float32", *, activation: str
         y = builder.op("MatMul", [a, builder.input("b", (k, n))], out_shape)
         if bias:
             y = builder.op("Add", [y, builder.input("bias", (n,))], out_shape)
-    y = _activation(builder, y, activation)
+    y = _activation(builder, y, activation, GEMM_ACTIVATIONS)
     if residual:
         y = builder.op("Add", [y, builder.input("residual", out_shape)], out_shape)
     return builder.task(y)
@@ -286,7 +287,7 @@ def conv2d_task(n: int, c: int, h: int, w: int, oc: int, kh: int, kw: int, dtype
                    pads=[ph, pw, ph, pw], dilations=[dh, dw], group=group)
     if residual:
         y = builder.op("Add", [y, builder.input("residual", out_shape)], out_shape)
-    return builder.task(_activation(builder, y, activation))
+    return builder.task(_activation(builder, y, activation, CONV_ACTIVATIONS))
 
 
 def pool_task(n: int, c: int, h: int, w: int, op: str, kernel: int | Sequence[int] = 2,

@@ -6,6 +6,7 @@ float64, so a kernel is always checked against the model's own semantics.
 
 Kinds and their kernel signatures (inputs in this order; graph layouts, kernels use strides):
   gemm       a (...,K), b (K,N) or (N,K) if trans_b, [bias (N,)], [residual (...,N)] -> (...,N)
+             out = act(a @ b + bias) + residual
              attrs: activation (none|relu|gelu|gelu_tanh|silu|sigmoid|tanh), trans_b, bias, residual
   bmm        a (B...,M,K), b (B...,K,N) -> (B...,M,N)          attrs: scale (float, 1.0 = none)
   attention  q (B,H,S,D), k (B,H,D,Sk) if k_transposed else (B,H,Sk,D), v (B,H,Sk,D),
@@ -17,7 +18,8 @@ Kinds and their kernel signatures (inputs in this order; graph layouts, kernels 
   elementwise  in0..inK (broadcastable) -> out                 attrs: expr (see partition.py)
   reduce     x -> y                                            attrs: op (sum|mean|max|min), axes, keepdims
   conv2d     x (N,C,H,W), w (OC,C/g,KH,KW), [bias (OC,)], [residual] -> (N,OC,OH,OW)
-             attrs: strides, pads (t,l,b,r), dilations, group, activation, bias, residual
+             out = act(conv(x, w) + bias + residual)   (ResNet's order; BN folded into w and bias)
+             attrs: strides, pads (t,l,b,r), dilations, group, activation (+ relu6), bias, residual
   pool       x (N,C,H,W) -> (N,C,OH,OW)   attrs: op (max|avg|global_avg), kernel, strides, pads
 """
 from __future__ import annotations
@@ -70,8 +72,8 @@ class Task:
 
     @property
     def dtype(self) -> str:
-        """The compute dtype: the first floating input's dtype."""
-        for spec in self.inputs:
+        """The compute dtype: the first floating input's (else output's) dtype."""
+        for spec in (*self.inputs, *self.outputs):
             if spec.dtype in FLOAT_DTYPES:
                 return spec.dtype
         return self.inputs[0].dtype
@@ -99,11 +101,12 @@ class Task:
         """The subgraph run by the numpy executor in float64 (float inputs upcast)."""
         from .executor import run_nodes
 
-        env: dict[str, np.ndarray] = {}
-        for name, value in self.constants.items():
-            env[name] = value.astype(np.float64) if value.dtype.kind == "f" else value
-        for name, value in zip(self.input_names, inputs, strict=True):
+        def upcast(value: np.ndarray) -> np.ndarray:
             value = np.asarray(value)
-            env[name] = value.astype(np.float64) if value.dtype.kind == "f" else value
+            return value.astype(np.float64) if value.dtype.name in FLOAT_DTYPES else value
+
+        env: dict[str, np.ndarray] = {name: upcast(value) for name, value in self.constants.items()}
+        for name, value in zip(self.input_names, inputs, strict=True):
+            env[name] = upcast(value)
         run_nodes(self.nodes, env, self.opset)
         return [np.asarray(env[name]) for name in self.output_names]

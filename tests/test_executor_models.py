@@ -90,6 +90,24 @@ def test_bert_encoder_matches_onnxruntime(bert_path: Path) -> None:
         assert _rel_l2(ours[output], reference[output]) <= FP32_TOLERANCE
 
 
+def test_bert_export_matches_torch_at_other_bound_shape(bert_path: Path) -> None:
+    """The export is traced at 1x128; bound to 3x48 it still computes the torch model."""
+    import torch
+
+    from portkern.models import _bert_module
+
+    graph = load_model(bert_path, {"input_ids": (3, 48)})
+    feeds = random_feeds(graph, seed=5)
+    ours = run_graph(graph, feeds)
+    module = _bert_module(layers=2, hidden=128, heads=2, intermediate=512, vocab=1000,
+                          dtype="float32", seed=0)
+    with torch.no_grad():
+        hidden, pooled = module(torch.from_numpy(feeds["input_ids"]),
+                                torch.from_numpy(feeds["attention_mask"]))
+    assert _rel_l2(ours["last_hidden_state"], hidden.numpy()) <= FP32_TOLERANCE
+    assert _rel_l2(ours["pooler_output"], pooled.numpy()) <= FP32_TOLERANCE
+
+
 def test_bert_float64_run_agrees_with_float32(bert_path: Path) -> None:
     """Upcasting every float constant runs the whole encoder in float64 (the gate's reference)."""
     graph = load_model(bert_path, {"input_ids": (1, 128)})
@@ -109,7 +127,7 @@ def test_bert_float64_run_agrees_with_float32(bert_path: Path) -> None:
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 def test_dtype_is_preserved(dtype: type) -> None:
     rng = np.random.default_rng(0)
-    env = {"x": rng.standard_normal((2, 4, 6, 6)).astype(dtype),
+    env: dict[str, np.ndarray] = {"x": rng.standard_normal((2, 4, 6, 6)).astype(dtype),
            "w": rng.standard_normal((3, 4, 3, 3)).astype(dtype),
            "g": np.ones(3, dtype=dtype), "b": np.zeros(3, dtype=dtype),
            "w2": rng.standard_normal((3, 5)).astype(dtype)}

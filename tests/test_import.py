@@ -94,6 +94,12 @@ def test_shape_for_unknown_input_and_wrong_rank() -> None:
         load_model(_dynamic_model(), {"x": (2, 9)})
 
 
+def test_value_dependent_shape_is_refused() -> None:
+    """NonZero of runtime data has no static shape: a clear error, not a wrong spec."""
+    with pytest.raises(ModelError, match="'the_node' \\(NonZero\\).*runtime value 'x'"):
+        load_model(_dynamic_model("NonZero"), {"x": (2, 8)})
+
+
 def test_parse_shape_args() -> None:
     assert parse_shape_args(["input_ids=1x128", "x=7"]) == {"input_ids": (1, 128), "x": (7,)}
     assert parse_shape_args(["a/b:0=2x3"]) == {"a/b:0": (2, 3)}

@@ -51,11 +51,14 @@ def test_constants_become_initializers() -> None:
 
 
 def test_outputs_written_in_place_and_rerun_with_new_values() -> None:
+    """The same buffers, new values written into them: the reused binding reads them afresh."""
     task = TASKS["conv2d_relu"]()
     program = OrtProgram(task, threads=1)
+    inputs = make_inputs(task, 1, "normal")
     out = np.full(task.outputs[0].shape, np.nan, dtype=np.float32)
-    for seed in (1, 2):  # the same buffers, new values: no stale answers
-        inputs = make_inputs(task, seed, "normal")
+    for seed in (1, 2, 3):
+        for buffer, fresh in zip(inputs, make_inputs(task, seed, "normal")):
+            np.copyto(buffer, fresh)
         program(inputs, [out])
         assert compare(out, task.reference(inputs)[0], 1e-5)["passed"]
 
@@ -65,3 +68,17 @@ def test_non_contiguous_output_is_refused() -> None:
     wide = np.zeros((task.outputs[0].shape[0], task.outputs[0].shape[1] * 2), dtype=np.float32)
     with pytest.raises(OrtSubgraphError, match="not contiguous"):
         OrtProgram(task, threads=1)(make_inputs(task, 1, "normal"), [wide[:, ::2]])
+
+
+def test_non_contiguous_input_is_read_afresh_each_run() -> None:
+    """A strided input is copied to bind it; the copy must not be reused once values change."""
+    task = TASKS["softmax"]()
+    program = OrtProgram(task, threads=1)
+    rows, cols = task.inputs[0].shape
+    wide = np.zeros((rows, cols * 2), dtype=np.float32)
+    strided = wide[:, ::2]
+    out = np.full((rows, cols), np.nan, dtype=np.float32)
+    for seed in (1, 2):
+        strided[...] = make_inputs(task, seed, "normal")[0]
+        program([strided], [out])
+        assert compare(out, task.reference([strided])[0], 1e-5)["passed"]

@@ -277,22 +277,30 @@ def _conv_bn(builder: GraphBuilder, rng: np.random.Generator, constant_weights: 
     return conv, builder.op("BatchNormalization", [conv, *params], shape, epsilon=1e-3)
 
 
-def test_batchnorm_folds_only_when_safe() -> None:
+def test_batchnorm_and_channel_affines_fold_only_when_safe() -> None:
     rng = np.random.default_rng(0)
     builder = GraphBuilder("conv_bn", "float32")
     conv, bn = _conv_bn(builder, rng)
-    graph = builder.graph([builder.op("Relu", [bn], (1, 4, 6, 6))])
+    shape = (1, 4, 6, 6)
+    scaled = builder.op("Mul", [bn, builder.constant(rng.standard_normal((4, 1, 1)))], shape)  # inception_v2
+    shifted = builder.op("Sub", [scaled, builder.constant(0.25)], shape)
+    graph = builder.graph([builder.op("Relu", [shifted], shape)])
     (task,) = partition(graph)
-    assert [node.op_type for node in task.nodes] == ["Conv", "Identity", "Relu"]
+    assert [node.op_type for node in task.nodes] == ["Conv", "Identity", "Identity", "Identity", "Relu"]
     assert [node.name for node in task.nodes] == [node.name for node in graph.nodes]  # a runtime skips them all
     assert task.attr("bias") and task.attr("activation") == "relu" and len(task.inputs) == 3
     feeds = {"x": rng.standard_normal((1, 3, 6, 6)).astype(np.float32)}
     want = run_graph(graph, feeds)[graph.outputs[0]]
     assert _relative_error(task.reference(_task_inputs(task, feeds))[0], want) < 1e-6
 
-    for conv_is_read_twice in (True, False):
+    builder = GraphBuilder("last_axis_add", "float32")
+    conv, bn = _conv_bn(builder, rng)
+    graph = builder.graph([builder.op("Add", [bn, builder.constant(rng.standard_normal(6))], shape)])
+    assert [task.kind for task in partition(graph)] == ["conv2d", "elementwise"]  # (6,) is per column
+
+    for conv_is_read_twice, constant_weights in ((True, True), (False, False)):
         builder = GraphBuilder("conv_bn_unsafe", "float32")
-        conv, bn = _conv_bn(builder, rng, constant_weights=not conv_is_read_twice)
+        conv, bn = _conv_bn(builder, rng, constant_weights)
         graph = builder.graph([bn, conv] if conv_is_read_twice else [bn])
         (task,) = partition(graph)  # the conv alone; the BN stays glue
         assert [node.op_type for node in task.nodes] == ["Conv"] and not task.attr("bias")

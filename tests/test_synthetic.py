@@ -83,6 +83,8 @@ def test_gemm_trans_b_is_a_gemm_op_and_counts_flops_and_bytes() -> None:
     _close(task.reference([a, b, bias])[0], np.maximum(a @ b.T + bias, 0.0))
     with pytest.raises(PortkernError, match="trans_b"):
         synthetic.gemm_task(8, 16, 32, trans_b=True, batch=(2,))
+    with pytest.raises(PortkernError, match="unknown activation 'relu6'"):  # a conv-only epilogue
+        synthetic.gemm_task(8, 16, 32, activation="relu6")
 
 
 def test_gemm_key_depends_on_what_the_kernel_sees() -> None:

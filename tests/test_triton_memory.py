@@ -8,6 +8,7 @@ fails to write fails the check. On a machine with a GPU the same checks run the 
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 from typing import Any, Sequence
@@ -172,6 +173,18 @@ def test_looped_layernorm_keeps_precision_with_a_large_mean() -> None:
     for name in ("layernorm_onepass", "layernorm_looped"):
         got = _run(VARIANTS[name], task, dict(VARIANTS[name].default), inputs)
         assert _relative_error(got, task.reference(inputs)[0]) < 2e-4, name
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_average_pool_counting_the_pads(dtype: str) -> None:
+    """count_include_pad=1 divides by the window clipped to the explicit pads, not to the image."""
+    task = synthetic.pool_task(2, 3, 9, 8, "avg", 3, 2, 1, dtype)
+    (node,) = task.nodes
+    counted = dataclasses.replace(node, attrs={**node.attrs, "count_include_pad": 1})
+    task = dataclasses.replace(task, nodes=(counted,),
+                               attrs=freeze_attrs({**dict(task.attrs), "count_include_pad": True}))
+    for config in ({"BLOCK": 64, "num_warps": 2}, dict(VARIANTS["pool_window"].default)):
+        _check(VARIANTS["pool_window"], task, config, seed=5)
 
 
 @pytest.mark.parametrize("name", ["softmax_onepass", "layernorm_onepass", "rmsnorm_onepass"])

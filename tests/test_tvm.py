@@ -66,8 +66,8 @@ def sampled(backend: Backend, task: Task, count: int, seed: int) -> list[dict[st
     return configs
 
 
-GEMM_ODD = dict(m=37, n=29, k=24)  # 37 rows, 29 columns: boundary tiles in both dimensions
-CONV_ODD = dict(n=1, c=5, h=11, w=13, oc=7, kh=3, kw=3)
+GEMM_ODD: dict[str, Any] = dict(m=37, n=29, k=24)  # 37 rows, 29 columns: boundary tiles in both dimensions
+CONV_ODD: dict[str, Any] = dict(n=1, c=5, h=11, w=13, oc=7, kh=3, kw=3)
 
 
 @pytest.mark.parametrize("activation", ["none", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"])
@@ -146,7 +146,7 @@ def test_constraints_reject_before_building(backend: TvmBackend, monkeypatch: py
     task = synthetic.gemm_task(**GEMM_ODD, trans_b=True)
     variant = only_variant(backend, task)
     lanes = HostFacts.of(backend.target).lanes
-    bad = {
+    bad: dict[str, tuple[dict[str, Any], str]] = {
         "lanes": (dict(tile_n=8, vector_lanes=16),
                   "not a multiple of vector_lanes" if lanes >= 16 else "exceeds the host"),
         "registers": (dict(tile_m=16, tile_n=64, vector_lanes=lanes), "vector registers"),
@@ -168,7 +168,7 @@ def test_variants_and_identity(backend: TvmBackend) -> None:
     assert backend.check(Candidate.of(variant, variant.default), gemm) is None
     assert "KIND = \"gemm\"" in variant.source
     assert backend.variants(synthetic.gemm_task(8, 8, 8, "float16")) == []
-    assert backend.variants(synthetic.softmax_task(4, 8)) == []
+    assert backend.variants(synthetic.rmsnorm_task(4, 8)) == []
     fingerprint = backend.fingerprint()
     assert fingerprint["tvm"].startswith("0.27") and "llvm" in fingerprint["llvm_target"]
     assert fingerprint["cpu"]
@@ -182,3 +182,25 @@ def test_baseline_runs_on_tvm_buffers(backend: TvmBackend) -> None:
     got = run(backend, baseline, task, inputs)
     result = compare(got, task.reference(inputs)[0], FP32_TOL)
     assert result["passed"], result["reason"]
+
+
+OTHER_KINDS = {
+    "softmax": lambda: synthetic.softmax_task(37, 48),
+    "layernorm": lambda: synthetic.layernorm_task(37, 48),
+    "attention_mask": lambda: synthetic.attention_task(2, 3, 16, 32, mask=True),
+    "attention_causal_kt": lambda: synthetic.attention_task(1, 2, 16, 16, seq_kv=32, causal=True, k_transposed=True),
+    "maxpool": lambda: synthetic.pool_task(1, 5, 13, 11, "max", kernel=3, stride=2, pad=1),
+    "avgpool": lambda: synthetic.pool_task(2, 3, 9, 11, "avg", kernel=3, stride=1, pad=1),
+    "global_avgpool": lambda: synthetic.pool_task(2, 5, 8, 8, "global_avg"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OTHER_KINDS))
+def test_other_kinds_pass_the_gate(backend: TvmBackend, name: str) -> None:
+    """Default and one sampled config; the gate's 'large' inputs (logits x30, mean 50) included."""
+    task = OTHER_KINDS[name]()
+    variant = only_variant(backend, task)
+    for config in [dict(variant.default), *sampled(backend, task, 1, seed=3)]:
+        _, program = build(backend, task, config)
+        verdict = verify(backend, program, task, variant.precision)
+        assert verdict.passed, (config, verdict.reason)

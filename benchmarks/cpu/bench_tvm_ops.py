@@ -1,13 +1,13 @@
 """TVM CPU kernels vs onnxruntime on the same subgraph, side by side in one run.
 
-For each task (the GEMMs of a BERT/MiniLM layer at 128 tokens, a few ResNet-50 / SqueezeNet
-convolutions) every TVM variant is searched at random over its space (the default first, then
-seeded samples that pass the constraints), each candidate built, checked against the float64
-reference and timed with the shared harness; onnxruntime runs the task's own subgraph on the same
-buffers with the same harness. The headline columns (ORT ms, TVM ms, ORT/TVM) come from a final duel: ORT and the best TVM
-kernel timed in alternating rounds, so load from other processes on the machine hits both alike;
-the search-phase times are printed beside them. Prints a table and writes JSON under
-benchmarks/results/.
+For each task (the GEMMs, attention, softmax and layernorm of a BERT/MiniLM layer at 128 tokens, a few
+ResNet-50 / SqueezeNet convolutions and pools) every TVM variant is searched at random over its
+space (the default first, then seeded samples that pass the constraints), each candidate built,
+checked against the float64 reference and timed with the shared harness; onnxruntime runs the
+task's own subgraph on the same buffers with the same harness. The headline columns (ORT ms,
+TVM ms, ORT/TVM) come from a final duel: ORT and the best TVM kernel timed in alternating rounds,
+so load from other processes on the machine hits both alike; the search-phase times are printed
+beside them. Prints a table and writes JSON under benchmarks/results/.
 
     .venv/bin/python benchmarks/cpu/bench_tvm_ops.py --trials 24
 """
@@ -39,11 +39,14 @@ RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 def tasks() -> dict[str, Task]:
-    """BERT/MiniLM layer GEMMs (M=128, hidden 384) and CNN convolutions, with their epilogues."""
+    """A BERT/MiniLM layer at 128 tokens (hidden 384, 12 heads) and ResNet-50 / SqueezeNet layers."""
     return {
         "bert qkv/out 128x384x384 +bias": synthetic.gemm_task(128, 384, 384, bias=True),
         "bert ffn1 128x1536x384 +bias gelu": synthetic.gemm_task(128, 1536, 384, bias=True, activation="gelu"),
         "bert ffn2 128x384x1536 +bias +res": synthetic.gemm_task(128, 384, 1536, bias=True, residual=True),
+        "bert attention 1x12x128x64 +mask": synthetic.attention_task(1, 12, 128, 64, mask=True),
+        "bert scores softmax 12x128x128": synthetic.softmax_task(12 * 128, 128),
+        "bert layernorm 128x384": synthetic.layernorm_task(128, 384),
         "resnet50 1x64x56x56 3x3 64 relu": synthetic.conv2d_task(1, 64, 56, 56, 64, 3, 3, pad=1,
                                                                  activation="relu"),
         "resnet50 1x256x56x56 1x1 64 relu": synthetic.conv2d_task(1, 256, 56, 56, 64, 1, 1, activation="relu"),
@@ -51,6 +54,9 @@ def tasks() -> dict[str, Task]:
                                                                        activation="relu", residual=True),
         "squeezenet fire 1x16x55x55 3x3 64 relu": synthetic.conv2d_task(1, 16, 55, 55, 64, 3, 3, pad=1,
                                                                         activation="relu"),
+        "resnet50 maxpool 1x64x112x112 3x3 s2": synthetic.pool_task(1, 64, 112, 112, "max", kernel=3, stride=2,
+                                                                     pad=1),
+        "resnet50 global avgpool 1x2048x7x7": synthetic.pool_task(1, 2048, 7, 7, "global_avg"),
     }
 
 

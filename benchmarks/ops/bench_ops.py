@@ -77,6 +77,8 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile baselines")
     parser.add_argument("--filter", default="", help="only cases whose name contains this")
+    parser.add_argument("--case-seconds", type=float, default=45.0, help="search time limit per case")
+    parser.add_argument("--budget-seconds", type=float, default=480.0, help="start no case after this")
     args = parser.parse_args()
 
     target = load_target("h200")
@@ -88,9 +90,13 @@ def main() -> int:
     gate = GateOptions(seeds=(11, 23))
     rows: list[dict[str, Any]] = []
     chosen = suites(args.smoke)
+    run_started = time.time()
     for suite in args.suite.split(","):
         for name, task in chosen[suite]:
             if args.filter and args.filter not in name:
+                continue
+            if time.time() - run_started > args.budget_seconds:
+                print(f"{name}: skipped (run budget of {args.budget_seconds:.0f} s spent)", flush=True)
                 continue
             floor = floor_seconds(task, target)
             started = time.time()
@@ -99,7 +105,8 @@ def main() -> int:
                 task, variants, runner, storage=f"sqlite:///{work / 'study.db'}",
                 log=RecordLog(work / "records.jsonl"), store=ArtifactStore(work / "artifacts"),
                 floor_seconds=floor, backend=backend.name, gate=gate, measure=measure,
-                options=SearchOptions(trials=args.trials, patience=max(8, args.trials // 2)))
+                options=SearchOptions(trials=args.trials, patience=max(8, args.trials // 2),
+                                      deadline=time.time() + args.case_seconds))
             tune_s = time.time() - started
             statuses: dict[str, int] = {}
             for record in result.records:
@@ -107,7 +114,9 @@ def main() -> int:
             row: dict[str, Any] = {"case": name, "suite": suite, "task": task.describe(), "flops": task.flops,
                                    "min_bytes": task.min_bytes, "floor_seconds": floor, "tune_seconds": tune_s,
                                    "trials": result.measured, "statuses": statuses,
-                                   "stop_reason": result.stop_reason, "variants": [v.name for v in variants]}
+                                   "stop_reason": result.stop_reason, "variants": [v.name for v in variants],
+                                   "failures": [[r.variant, r.config, r.status, r.reason[:300]]
+                                                for r in result.records if r.status != "ok"]}
             sets = device_inputs(backend, task, 3)
             timings: dict[str, float] = {}
             if result.best is not None and result.artifact is not None:

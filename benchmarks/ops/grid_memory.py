@@ -17,6 +17,7 @@ import itertools
 import json
 import platform
 import random
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -54,6 +55,11 @@ def _reduce_sum(rows: int, cols: int, dtype: str) -> tuple[Task, Torch]:
     return reduce_task((rows, cols), dtype, "sum", (-1,), False), lambda t: t[0].sum(dim=-1)
 
 
+def _column_sum(rows: int, cols: int, dtype: str) -> tuple[Task, Torch]:
+    """Sum over the leading axis: the strided reduction (no transpose) against torch's."""
+    return reduce_task((rows, cols), dtype, "sum", (0,), False), lambda t: t[0].sum(dim=0)
+
+
 def _bias_gelu(rows: int, cols: int, dtype: str) -> tuple[Task, Torch]:
     """gelu(x + y), both (rows, cols): the fused chain torch eager runs as two kernels."""
     return elementwise_task((rows, cols), dtype, BIAS_GELU), lambda t: F.gelu(t[0] + t[1])
@@ -61,7 +67,7 @@ def _bias_gelu(rows: int, cols: int, dtype: str) -> tuple[Task, Torch]:
 
 OPS: dict[str, Callable[[int, int, str], tuple[Task, Torch]]] = {
     "softmax": _softmax, "layernorm": _layernorm, "rmsnorm": _rmsnorm, "reduce": _reduce_sum,
-    "elementwise": _bias_gelu}
+    "colsum": _column_sum, "elementwise": _bias_gelu}
 
 
 def parse_ops(text: str, dtype: str) -> list[tuple[str, Task, Torch]]:
@@ -160,8 +166,10 @@ def environment(command: Sequence[str]) -> dict[str, Any]:
                             "python": platform.python_version()}
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, check=False)
         info.update(device=props.name, sms=props.multi_processor_count, cuda=torch.version.cuda,
-                    driver=str(getattr(torch._C, "_cuda_getDriverVersion", lambda: "unknown")()))
+                    driver=smi.stdout.strip() or "unknown")
     return info
 
 

@@ -87,6 +87,8 @@ class Backend(ABC):
     name: ClassVar[str]
     device_kinds: ClassVar[frozenset[str]]  # hwprofile kinds this backend serves
     simulated: ClassVar[bool] = False
+    # what a kernel module of this backend may import; empty: the backend takes no source variants
+    allowed_imports: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, target: Target) -> None:
         self.target = target

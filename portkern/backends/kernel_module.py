@@ -31,6 +31,19 @@ _FORBIDDEN_NAMES = frozenset({
     "importlib", "builtins", "__builtins__", "setattr", "delattr", "breakpoint", "input",
     "signal", "shutil", "pathlib", "requests", "urllib", "http", "asyncio", "concurrent",
     "cupy", "jax", "onnxruntime", "scipy", "pickle", "marshal", "gc", "inspect",
+    "getattr", "hasattr", "__getattribute__",
+})
+# Outside @triton.jit bodies a launcher handles framework tensors; these methods would compute on
+# them with the framework (x.amax().exp() ...) instead of in the kernel. Inside jit bodies the same
+# names are the kernel language's own (tl.exp, tl.sum) and are allowed.
+_TENSOR_COMPUTE_METHODS = frozenset({
+    "abs", "add", "add_", "addmm", "amax", "amin", "argmax", "baddbmm", "clamp", "clone", "copy_",
+    "cos", "cumsum", "div", "div_", "erf", "exp", "exp_", "expm1", "fill_", "log", "log_softmax",
+    "max", "mean", "min", "mul", "mul_", "neg", "norm", "pow", "prod", "reciprocal", "relu", "rsqrt",
+    "sigmoid", "sin", "sqrt", "square", "std", "sub", "sub_", "sum", "tanh", "to", "var", "where",
+    "zero_", "cpu", "numpy", "tolist", "item", "float", "half", "double", "bfloat16",
+    "new_empty", "new_zeros", "new_ones", "new_full", "new_tensor", "empty_like", "zeros_like",
+    "index_select", "gather", "scatter", "masked_fill", "masked_fill_", "sort", "topk",
 })
 _FORBIDDEN_ATTRS = frozenset({
     "Stream", "stream", "cuda", "synchronize", "__dict__", "__class__", "__globals__",
@@ -64,10 +77,36 @@ def static_check(source: str, allowed_imports: Iterable[str]) -> None:
             raise KernelSourceError(f"use of '{node.id}' is not allowed in a kernel (line {node.lineno})")
         elif isinstance(node, ast.Attribute) and node.attr in _FORBIDDEN_ATTRS:
             raise KernelSourceError(f"use of '.{node.attr}' is not allowed in a kernel (line {node.lineno})")
+    jit_nodes = {id(inner) for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef) and _is_jit(fn)
+                 for inner in ast.walk(fn)}
+    modules = {(alias.asname or alias.name).split(".")[0] for node in ast.walk(tree)
+               if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and id(node) not in jit_nodes and node.attr in _TENSOR_COMPUTE_METHODS \
+                and _base_name(node) not in modules:
+            raise KernelSourceError(f"'.{node.attr}' outside a kernel body computes with the framework, "
+                                    f"not the kernel (line {node.lineno})")
     defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
     missing = [f for f in _REQUIRED_FUNCTIONS if f not in defined]
     if missing:
         raise KernelSourceError(f"missing function(s): {', '.join(missing)}")
+
+
+def _base_name(node: ast.expr) -> str:
+    """The leftmost name of an attribute chain: 'math' for math.sqrt, 'x' for x.amax().exp."""
+    while isinstance(node, (ast.Attribute, ast.Call, ast.Subscript)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def _is_jit(function: ast.FunctionDef) -> bool:
+    """Decorated with triton.jit / jit (optionally called with arguments)."""
+    for decorator in function.decorator_list:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+        if name == "jit":
+            return True
+    return False
 
 
 def read_header(source: str) -> dict[str, Any]:
@@ -88,6 +127,11 @@ def read_header(source: str) -> dict[str, Any]:
     missing = [h for h in _HEADER if h not in header]
     if missing:
         raise KernelSourceError(f"missing header field(s): {', '.join(missing)}")
+    for field_name in ("KIND", "PRECISION"):
+        if not isinstance(header[field_name], str):
+            raise KernelSourceError(f"{field_name} must be a string")
+    if not isinstance(header["DEFAULT"], dict):
+        raise KernelSourceError("DEFAULT must be a dict of parameter -> value")
     space = header["SPACE"]
     if not isinstance(space, dict) or not all(isinstance(v, (list, tuple)) and v for v in space.values()):
         raise KernelSourceError("SPACE must map each parameter to a non-empty list of choices")

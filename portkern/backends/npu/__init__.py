@@ -8,42 +8,28 @@ runs, and `load` attaches the modeled time that the search uses in place of a me
 """
 from __future__ import annotations
 
-import contextlib
-import os
 import types
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
+import torch
+import triton
 
 from ...hwprofile import Target
 from ...ir import TensorSpec
 from ...tasks import Task
 from ..base import Artifact, Backend, Candidate, CompileError, Program, Variant
-from ..kernel_module import KernelSourceError, load_module, variant_from_source
+from ..kernel_module import KernelSourceError, variant_from_source
+from ..triton.modules import ALLOWED_IMPORTS, interpreted_language, kernel_module
 from .simulator import COST_MODEL_VERSION, Chip, Estimate, Schedule, ScheduleError, simulate, violations
 
 __all__ = ["NpuBackend"]
 
-ALLOWED_IMPORTS = frozenset({"triton", "triton.language", "math"})
-SUPPORTED_DTYPES = ("float16", "float32")
-
-
-@contextlib.contextmanager
-def _interpreter() -> Iterator[None]:
-    """Triton reads the switch when a kernel is decorated and again when it launches (its first
-    launch imports modules that check it): set it around both, not for the whole process, so the
-    GPU backend's compile-only paths in the same process are unaffected."""
-    previous = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = previous
+INTERPRETER_BF16 = ("bfloat16 is refused on the simulated NPU: its kernels run in Triton's interpreter, "
+                    "whose bf16 tl.dot is wrong (fp32/fp16 only)")
+NO_UNITS = ("float64", "float8_e4m3fn", "float8_e5m2")  # the chip has no fp64 or fp8 units
 
 
 @dataclass
@@ -56,7 +42,7 @@ class NpuProgram:
     estimate: Estimate
 
     def __call__(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
-        with _interpreter():
+        with interpreted_language():
             self.module.launch(self.task, self.config, list(inputs), list(outputs))
 
 
@@ -70,7 +56,6 @@ class NpuBackend(Backend):
     def __init__(self, target: Target) -> None:
         super().__init__(target)
         self.chip = Chip.from_profile(target.profile)
-        self._modules: dict[str, types.ModuleType] = {}
 
     # --- kernels ---------------------------------------------------------------------------
     @staticmethod
@@ -88,27 +73,23 @@ class NpuBackend(Backend):
                 found.append(variant)
         return found
 
-    def _module(self, variant: Variant) -> types.ModuleType:
-        """Each source is executed once per process (the interpreter's kernels are cheap to keep)."""
-        module = self._modules.get(variant.source_hash)
-        if module is None:
-            with _interpreter():
-                module = load_module(variant, ALLOWED_IMPORTS)
-            missing = [f for f in ("schedule",) if not callable(getattr(module, f, None))]
-            if missing:
-                raise KernelSourceError(f"an NPU kernel module needs {', '.join(missing)}(task, config, target)")
-            self._modules[variant.source_hash] = module
+    @staticmethod
+    def _module(variant: Variant) -> types.ModuleType:
+        """The variant's module, executed once per source with Triton in interpreter mode."""
+        module = kernel_module(variant, interpret=True)
+        if not callable(getattr(module, "schedule", None)):
+            raise KernelSourceError("an NPU kernel module needs schedule(task, config, target)")
         return module
 
     def _schedule(self, module: types.ModuleType, candidate: Candidate, task: Task) -> Schedule:
         return Schedule.parse(module.schedule(task, candidate.params, self.target))
 
     def check(self, candidate: Candidate, task: Task) -> str | None:
-        unsupported = [s.dtype for s in task.inputs + task.outputs
-                       if s.dtype in ("bfloat16", "float64", "float8_e4m3fn", "float8_e5m2")]
-        if unsupported:
-            return (f"{unsupported[0]} is refused on the simulated NPU: kernels run in Triton's interpreter, "
-                    "which is exact for fp32/fp16 only (its bf16 tl.dot is wrong)")
+        dtypes = {spec.dtype for spec in task.inputs + task.outputs}
+        if "bfloat16" in dtypes:
+            return INTERPRETER_BF16
+        if dtypes & set(NO_UNITS):
+            return f"{min(dtypes & set(NO_UNITS))} is not computed by the Ascend 910B-like NPU"
         try:
             module = self._module(candidate.variant)
             reason = module.constraints(task, candidate.params, self.target)
@@ -121,25 +102,25 @@ class NpuBackend(Backend):
             return f"variant {candidate.variant.name}: schedule/constraints failed: {type(exc).__name__}: {exc}"
         return "; ".join(problems) if problems else None
 
-    def compile(self, candidate: Candidate, task: Task) -> Artifact:
+    def _checked(self, candidate: Candidate, task: Task) -> tuple[types.ModuleType, Estimate]:
+        """The module and its modeled time, for a candidate check() accepts (else CompileError)."""
         reason = self.check(candidate, task)
         if reason:
             raise CompileError(reason)
         module = self._module(candidate.variant)
-        estimate = simulate(self._schedule(module, candidate, task), self.chip)
+        return module, simulate(self._schedule(module, candidate, task), self.chip)
+
+    def compile(self, candidate: Candidate, task: Task) -> Artifact:
+        _, estimate = self._checked(candidate, task)
         return Artifact(backend=self.name, variant=candidate.variant.name, config=candidate.params,
                         source=candidate.variant.source,
                         meta={"modeled": estimate.to_dict(), "precision": candidate.variant.precision,
                               "kind": candidate.variant.kind})
 
     def load(self, artifact: Artifact, task: Task) -> Program:
+        """Also loads an artifact read back from a pack: the source is checked and modeled again."""
         variant = variant_from_source(artifact.variant, artifact.source, self.name, "pack", ALLOWED_IMPORTS)
-        candidate = Candidate.of(variant, artifact.config)
-        reason = self.check(candidate, task)
-        if reason:
-            raise CompileError(reason)
-        module = self._module(variant)
-        estimate = simulate(self._schedule(module, candidate, task), self.chip)
+        module, estimate = self._checked(Candidate.of(variant, artifact.config), task)
         return NpuProgram(module, task, dict(artifact.config), estimate)
 
     def modeled_seconds(self, program: Program) -> float | None:
@@ -147,27 +128,19 @@ class NpuBackend(Backend):
 
     # --- buffers: torch CPU tensors (the interpreter reads and writes them in place) -------------
     def to_device(self, array: np.ndarray) -> Any:
-        import torch
-
         return torch.from_numpy(np.array(array, copy=True))
 
     def to_host(self, buffer: Any) -> np.ndarray:
         return buffer.detach().numpy().copy()
 
     def empty(self, spec: TensorSpec, fill: float) -> Any:
-        import torch
-
         return torch.from_numpy(np.full(spec.shape, fill, dtype=spec.dtype))
 
     def copy_into(self, buffer: Any, array: np.ndarray) -> None:
-        import torch
-
         buffer.copy_(torch.from_numpy(np.ascontiguousarray(array)))
 
     # --- identity ------------------------------------------------------------------------------
     def fingerprint(self) -> dict[str, str]:
-        import triton
-
         return {"backend": self.name, "target": self.target.name,
                 "device": f"simulated {self.target.profile.arch}, cost model version {COST_MODEL_VERSION}",
                 "triton": triton.__version__, "mode": "triton interpreter (functional), cost model (time)"}

@@ -34,6 +34,7 @@ QUEUES = GM_READ_QUEUES + ("l1_to_l0",) + GM_WRITE_QUEUES
 WORK = ("cube_macs", "vector_ops")
 MEMORIES = ("ub", "l1", "l0a", "l0b", "l0c")
 CORE_KINDS = ("vector", "cube", "mixed")  # mixed: one cube core driving its two vector cores
+GM_BEST_ALIGNMENT = 512  # GM row starts aligned to this move at the full rate (Atlas A2)
 
 
 class ScheduleError(PortkernError):
@@ -150,8 +151,9 @@ def violations(schedule: Schedule, chip: Chip) -> list[str]:
     reasons = []
     cores = chip.cores(schedule.core)
     if schedule.programs > cores:
-        reasons.append(f"grid of {schedule.programs} programs exceeds the {cores} {schedule.core if schedule.core != 'mixed' else 'cube'} "
-                       "cores (one program per physical core; loop over tiles inside)")
+        unit = "cube" if schedule.core == "mixed" else schedule.core
+        reasons.append(f"grid of {schedule.programs} programs exceeds the {cores} {unit} cores "
+                       "(one program per physical core; loop over tiles inside)")
     for memory in MEMORIES:
         live = schedule.live.get(memory, 0.0)
         if live > chip.capacity[memory]:
@@ -190,7 +192,7 @@ class Estimate:
 
 def _gm_rate(schedule: Schedule, chip: Chip) -> float:
     """One core's GM rate: misaligned rows cost up to 30% (Ascend C best-practice measurements)."""
-    aligned = schedule.gm_alignment % 512 == 0
+    aligned = schedule.gm_alignment % GM_BEST_ALIGNMENT == 0
     return chip.core_gm_bandwidth * (1.0 if aligned else chip.unaligned_gm_efficiency)
 
 

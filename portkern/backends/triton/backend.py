@@ -14,17 +14,25 @@ Kernel modules (kernel_module.py's contract) for this backend:
   - nothing else: compile_for records the launches `launch` makes on meta tensors to learn each
     kernel's signature and constexprs (compile_only.py), so no separate spec function exists to
     drift from the code that really runs.
-  - built-in files may share device code with `# include: NAME` (modules.py).
+  - built-in files may share device code with `# include: NAME` (modules.py); the include is
+    expanded into Variant.source, so a variant is always one self-contained text.
+  - PRECISION is what the arithmetic promises ('fp32': exact fp32 products and fp32 accumulation,
+    'tf32': fp32 inputs through tf32 tensor cores); on fp16/bf16 data the gate applies the looser
+    of PRECISION and the data type (verify.tolerance_for).
 
-Devices: with a CUDA (or ROCm) torch, buffers are device tensors, Triton's JIT compiles for the
-GPU present, and time_once uses CUDA events around a device-wide synchronize. Without one, kernels
-run in the Triton interpreter on CPU tensors (fp32/fp16: its bf16 tl.dot is wrong, so bf16 tasks
-are refused), and compile() cross-compiles for the target's arch so compiler errors and resource
-use are still real.
+Devices: with a CUDA (or ROCm) torch, buffers are device tensors, compile() runs the candidate
+once so Triton's JIT builds it for the real shapes (binary and the driver's register/spill count
+go into the Artifact), and time_once uses CUDA events around a device-wide synchronize. Without
+one, kernels run in the Triton interpreter on CPU tensors (fp32/fp16: its bf16 tl.dot is wrong, so
+bf16 tasks are refused), and compile() cross-compiles for the target's arch (sm_90, sm_80,
+gfx942) so compiler errors and resource use are still real. load() executes the source again
+(Triton's JIT rebuilds or finds the same binary in its cache); the Artifact's binary is the
+evidence a pack keeps.
 
-variants(task) offers a variant of the task's kind when its DEFAULT config, or one that differs
-from it in a single parameter, passes check(): the search then starts from a valid point, and a
-variant that cannot serve the task (a GEMV for a large M) is not offered at all.
+variants(task) offers a variant of the task's kind (for elementwise, the kernel codegen.py
+generates for the task's expression) when its DEFAULT config, or one that differs from it in a
+single parameter, passes check(): the search then starts from a valid point, and a variant that
+cannot serve the task (a GEMV for a large M) is not offered at all.
 """
 from __future__ import annotations
 
@@ -46,7 +54,7 @@ from ...ir import TensorSpec
 from ...tasks import Task
 from ..base import Artifact, Backend, Candidate, CompileError, Program, Variant
 from ..kernel_module import KernelSourceError, variant_from_source
-from . import baselines
+from . import baselines, codegen
 from .compile_only import ARCH_TARGETS, bundle, compile_for, compiler_message, kernel_report, summarize
 from .modules import (ALLOWED_IMPORTS, BACKEND_NAME, builtin_variants, interpreted_language, kernel_module,
                       record_launches, scratch_specs, torch_dtype)
@@ -87,6 +95,7 @@ class _TorchProgram:
 class TritonBackend(Backend):
     name = BACKEND_NAME
     device_kinds = frozenset({"cuda", "hip"})
+    allowed_imports = ALLOWED_IMPORTS
 
     def __init__(self, target: Target) -> None:
         super().__init__(target)
@@ -95,7 +104,14 @@ class TritonBackend(Backend):
 
     # --- kernels ---------------------------------------------------------------------------
     def variants(self, task: Task) -> list[Variant]:
-        return [v for v in _library() if v.kind == task.kind and self._offered(v, task)]
+        """Built-in variants of the task's kind, plus the generated one for an elementwise chain."""
+        found = [v for v in _library() if v.kind == task.kind]
+        if task.kind == "elementwise":
+            try:
+                found += codegen.elementwise_variants(task)
+            except codegen.ExprError:
+                pass  # a step the generator does not know: no generated variant, the baseline runs
+        return [v for v in found if self._offered(v, task)]
 
     def _offered(self, variant: Variant, task: Task) -> bool:
         return any(self.check(Candidate.of(variant, config), task) is None

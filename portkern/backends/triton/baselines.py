@@ -7,12 +7,13 @@ order as partition.py: gemm act(x@W + bias) + residual, conv2d act(conv + bias +
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from ...tasks import Task
+from .modules import torch_dtype
 
 Compute = Callable[[Sequence[torch.Tensor]], torch.Tensor]
 
@@ -29,14 +30,15 @@ _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 
 
 def for_task(task: Task) -> Compute | None:
-    """The baseline for a task, or None for kinds torch has no single eager op for."""
+    """The baseline for a task, or None for a kind without one."""
     builder = _BUILDERS.get(task.kind)
     return None if builder is None else builder(task)
 
 
 def _gemm(task: Task) -> Compute:
     activation = _ACTIVATIONS[task.attr("activation", "none")]
-    has_bias, has_residual, trans_b = task.attr("bias", False), task.attr("residual", False), task.attr("trans_b", False)
+    has_bias, has_residual = task.attr("bias", False), task.attr("residual", False)
+    trans_b = task.attr("trans_b", False)
 
     def compute(inputs: Sequence[torch.Tensor]) -> torch.Tensor:
         a, b, *rest = inputs
@@ -59,7 +61,8 @@ def _bmm(task: Task) -> Compute:
 
 def _attention(task: Task) -> Compute:
     scale = float(task.attr("scale", 1.0))
-    k_transposed, has_mask, causal = task.attr("k_transposed", False), task.attr("mask", False), task.attr("causal", False)
+    k_transposed, has_mask = task.attr("k_transposed", False), task.attr("mask", False)
+    causal = task.attr("causal", False)
 
     def compute(inputs: Sequence[torch.Tensor]) -> torch.Tensor:
         q, k, v = inputs[:3]
@@ -143,7 +146,47 @@ def _pool(task: Task) -> Compute:
     return average
 
 
+_UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "sqrt": torch.sqrt, "exp": torch.exp, "log": torch.log, "erf": torch.erf, "neg": torch.neg,
+    "abs": torch.abs, "reciprocal": torch.reciprocal,
+    **{name: _ACTIVATIONS[name] for name in ("tanh", "sigmoid", "relu", "gelu", "gelu_tanh")},
+}
+_BINARY: dict[str, Callable[[Any, Any], torch.Tensor]] = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div, "pow": torch.pow,
+    "max": torch.maximum, "min": torch.minimum,
+}
+
+
+def _elementwise(task: Task) -> Compute:
+    """partition.py's expression steps, one torch op each (what eager PyTorch would launch)."""
+    expr = task.attr("expr")
+
+    def compute(inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+        values: dict[str, Any] = {f"in{i}": x for i, x in enumerate(inputs)}
+
+        def operand(ref: Any) -> Any:
+            if isinstance(ref, str):
+                return values[ref]
+            return torch.tensor(ref, dtype=inputs[0].dtype, device=inputs[0].device)
+
+        result: Any = None
+        for index, (op, *args) in enumerate(expr):
+            if op in _UNARY:
+                result = _UNARY[op](operand(args[0]))
+            elif op in _BINARY:
+                result = _BINARY[op](operand(args[0]), operand(args[1]))
+            elif op == "cast":
+                result = operand(args[0]).to(torch_dtype(args[1]))
+            elif op == "where":
+                result = torch.where(operand(args[0]), operand(args[1]), operand(args[2]))
+            else:
+                raise ValueError(f"unknown expression step {op!r}")
+            values[f"t{index}"] = result
+        return result
+    return compute
+
+
 _BUILDERS: dict[str, Callable[[Task], Compute]] = {
-    "gemm": _gemm, "bmm": _bmm, "attention": _attention, "softmax": _softmax, "layernorm": _layernorm,
-    "rmsnorm": _rmsnorm, "reduce": _reduce, "conv2d": _conv2d, "pool": _pool,
+    "elementwise": _elementwise, "gemm": _gemm, "bmm": _bmm, "attention": _attention, "softmax": _softmax,
+    "layernorm": _layernorm, "rmsnorm": _rmsnorm, "reduce": _reduce, "conv2d": _conv2d, "pool": _pool,
 }

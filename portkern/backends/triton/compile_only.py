@@ -130,7 +130,7 @@ def compile_launch(launch: Launch, target: GPUTarget) -> dict[str, Any]:
 
 def compiler_message(exc: BaseException) -> str:
     """Triton's message with the causes it chains (the source excerpt alone names no error)."""
-    parts = []
+    parts: list[str] = []
     current: BaseException | None = exc
     while current is not None and len(parts) < 4:
         parts.append(f"{type(current).__name__}: {str(current).strip()}")

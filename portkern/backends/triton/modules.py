@@ -42,6 +42,7 @@ ALLOWED_IMPORTS = frozenset({"triton", "triton.language", "math"})
 _INCLUDE = re.compile(r"^# include: (\w+)[ \t]*$", re.M)
 _MODE_LOCK = threading.RLock()
 _MODULES: dict[tuple[str, str, bool], types.ModuleType] = {}
+_MISSING = object()
 
 
 def _kernel_files() -> Any:
@@ -100,19 +101,19 @@ def kernel_module(variant: Variant, interpret: bool) -> types.ModuleType:
 
 
 @functools.lru_cache(maxsize=1)
-def _language_patches() -> tuple[tuple[Any, str, Any, Any], ...]:
-    """(owner, attribute, compiled value, interpreted stand-in) for Triton's library functions."""
+def _language_patches() -> tuple[tuple[Any, str, Any], ...]:
+    """(owner, attribute, interpreted stand-in) for Triton's compiled library functions."""
     patches = []
     for name, module in list(sys.modules.items()):
         if name == "triton.language" or name.startswith("triton.language."):
             for attr, value in vars(module).items():
                 if isinstance(value, JITFunction):
-                    patches.append((module, attr, value, InterpretedFunction(value.fn)))
+                    patches.append((module, attr, InterpretedFunction(value.fn)))
     for attr, value in vars(tl.core.tensor).items():  # x.sum(), x.to(): wrappers closing over a JITFunction
         cells = getattr(value, "__closure__", None) or ()
         jitted = [c.cell_contents for c in cells if isinstance(c.cell_contents, JITFunction)]
         if jitted:
-            patches.append((tl.core.tensor, attr, value, _member(InterpretedFunction(jitted[0].fn))))
+            patches.append((tl.core.tensor, attr, _member(InterpretedFunction(jitted[0].fn))))
     return tuple(patches)
 
 
@@ -122,18 +123,43 @@ def _member(function: InterpretedFunction) -> Callable[..., Any]:
     return member
 
 
+def _language_namespaces() -> list[Any]:
+    """triton.language's modules and classes: everything the interpreter patches while it runs."""
+    modules = [m for name, m in list(sys.modules.items())
+               if name == "triton.language" or name.startswith("triton.language.")]
+    classes = {id(v): v for m in modules for v in vars(m).values()
+               if isinstance(v, type) and v.__module__.startswith("triton.language")}
+    return [*modules, *classes.values()]
+
+
 @contextlib.contextmanager
 def interpreted_language() -> Iterator[None]:
-    """Triton's library functions interpreted while an interpreted kernel runs (see the top)."""
+    """Triton's library functions interpreted while an interpreted kernel runs (see the top).
+
+    Everything in triton.language is restored afterwards: the interpreter patches some of it for
+    a device-function call without undoing it, which would break a later compile in this process.
+    """
     with _MODE_LOCK, _triton_mode(interpret=True):  # Triton's lazily imported parts check it too
-        patches = _language_patches()
-        for owner, attr, _, interpreted in patches:
+        namespaces = _language_namespaces()
+        saved = [(owner, dict(vars(owner))) for owner in namespaces]
+        for owner, attr, interpreted in _language_patches():
             setattr(owner, attr, interpreted)
         try:
             yield
         finally:
-            for owner, attr, compiled, _ in patches:
-                setattr(owner, attr, compiled)
+            for owner, before in saved:
+                _restore(owner, before)
+
+
+def _restore(owner: Any, before: dict[str, Any]) -> None:
+    """Put back every changed attribute; names the interpreter added to a module stay (its cached
+    rewritten functions look them up there), names it added to a class go."""
+    if isinstance(owner, type):
+        for attr in [a for a in vars(owner) if a not in before]:
+            delattr(owner, attr)
+    for attr, value in before.items():
+        if vars(owner).get(attr, _MISSING) is not value:
+            setattr(owner, attr, value)
 
 
 _TORCH_DTYPES = {
@@ -178,7 +204,7 @@ class Launch:
         """Kernel parameters by name, defaults filled in."""
         params = self.kernel.params
         values = {p.name: p.default for p in params if p.has_default}
-        values.update(zip((p.name for p in params), self.args))
+        values.update(zip([p.name for p in params][:len(self.args)], self.args, strict=True))
         names = {p.name for p in params}
         values.update((k, v) for k, v in self.kwargs.items() if k in names)
         return values

@@ -15,7 +15,7 @@ import time
 import types
 from functools import cached_property
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import Any
 
 import numpy as np
 import tvm
@@ -27,14 +27,21 @@ from ...ir import TensorSpec
 from ...ort_subgraph import OrtProgram, OrtSubgraphError
 from ...tasks import Task
 from ..base import Artifact, Backend, Candidate, CompileError, Program, Variant
-from . import conv2d, gemm, softmax
+from . import attention, conv2d, gemm, global_pool, layernorm, pool, softmax
 from .common import nearest_valid
+from .program import TvmProgram
 
 TEMPLATES: dict[str, tuple[types.ModuleType, ...]] = {
     "gemm": (gemm,),
     "conv2d": (conv2d,),
     "softmax": (softmax,),
+    "layernorm": (layernorm,),
+    "pool": (pool, global_pool),
+    "attention": (attention,),
 }
+
+# read once at import: a variant's source is what this process's template actually is
+SOURCES: dict[types.ModuleType, str] = {t: inspect.getsource(t) for ts in TEMPLATES.values() for t in ts}
 
 
 def _variant_name(template: types.ModuleType) -> str:
@@ -51,23 +58,6 @@ def _host_cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-class TvmProgram:
-    """A built kernel: views each buffer with the shape the kernel takes, then calls it."""
-
-    def __init__(self, function: Any, arg_shapes: Sequence[Sequence[int]]) -> None:
-        self.function = function
-        self.arg_shapes = [tuple(shape) for shape in arg_shapes]
-
-    def __call__(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
-        buffers = [*inputs, *outputs]
-        if len(buffers) != len(self.arg_shapes):
-            raise ValueError(f"kernel takes {len(self.arg_shapes)} buffers, got {len(buffers)}")
-        # a same-size view (no copy): a GEMM's (B, S, K) input is the kernel's (B*S, K) matrix
-        args = [buf if tuple(buf.shape) == shape else buf._create_view(shape)
-                for buf, shape in zip(buffers, self.arg_shapes)]
-        self.function(*args)
-
-
 class TvmBackend(Backend):
     """LLVM CPU kernels from parametric TVM schedules."""
 
@@ -77,7 +67,7 @@ class TvmBackend(Backend):
     def __init__(self, target: Target) -> None:
         super().__init__(target)
         self.device = tvm.cpu(0)
-        self._by_source = {inspect.getsource(t): t for ts in TEMPLATES.values() for t in ts}
+        self._by_source = {source: template for template, source in SOURCES.items()}
 
     @cached_property
     def llvm_target(self) -> tvm.target.Target:
@@ -89,13 +79,15 @@ class TvmBackend(Backend):
     def variants(self, task: Task) -> list[Variant]:
         found = []
         for template in TEMPLATES.get(task.kind, ()):
-            default = nearest_valid(template.DEFAULT, template.SPACE,
-                                    lambda c, t=template: t.constraints(task, c, self.target) is None)
+            def valid(config: dict[str, Any], template: types.ModuleType = template) -> bool:
+                return template.constraints(task, config, self.target) is None
+
+            default = nearest_valid(template.DEFAULT, template.SPACE, valid)
             if default is None:
                 continue
             found.append(Variant(
                 name=_variant_name(template), kind=task.kind, backend=self.name,
-                source=inspect.getsource(template),
+                source=SOURCES[template],
                 space={k: tuple(v) for k, v in template.SPACE.items()}, default=default,
                 precision=template.PRECISION))
         return found

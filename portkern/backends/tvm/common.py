@@ -83,7 +83,7 @@ class HostFacts:
     l2_bytes: int
 
     @classmethod
-    def of(cls, target: Target) -> "HostFacts":
+    def of(cls, target: Target) -> HostFacts:
         profile = target.profile
         vector_bytes = int(profile.limits.get("vector_bytes", 16))
         return cls(
@@ -112,7 +112,23 @@ def clamp(index: Any, limit: int) -> Any:
     return te.min(index, limit - 1)
 
 
-def check_space(config: Mapping[str, Any], space: Mapping[str, Sequence[Any]]) -> str | None:
+def padded_input(x: te.Tensor, pad_top: int, pad_left: int, rows: int, cols: int, fill: float) -> te.Tensor:
+    """x (N, C, H, W) in a (N, C, rows, cols) frame at (pad_top, pad_left), `fill` around it: a
+    window kernel then reads every position without a bounds test (and so vectorizes)."""
+    _, _, height, width = x.shape
+
+    def at(n: Any, c: Any, i: Any, j: Any) -> Any:
+        inside = te.all(i >= pad_top, i < height + pad_top, j >= pad_left, j < width + pad_left)
+        return te.if_then_else(inside, x[n, c, i - pad_top, j - pad_left], tvm.tirx.const(fill, x.dtype))
+
+    return te.compute((x.shape[0], x.shape[1], rows, cols), at, name="x_padded")
+
+
+def needs_padding(x_shape: Sequence[int], pad_top: int, pad_left: int, rows: int, cols: int) -> bool:
+    return bool(pad_top or pad_left or rows > x_shape[2] or cols > x_shape[3])
+
+
+def check_space(config: Mapping[str, Any], space: Mapping[str, Any]) -> str | None:
     """The config names exactly the space's parameters, each with one of its choices."""
     if set(config) != set(space):
         return f"config parameters {sorted(config)} differ from the space's {sorted(space)}"
@@ -128,10 +144,17 @@ def check_float32(task: Task) -> str | None:
     return None
 
 
-def check_vector(lanes: int, width: int, facts: HostFacts, what: str) -> str | None:
-    """A vectorized loop of `width` elements is split in `lanes`-wide host vectors."""
+def check_lanes(lanes: int, facts: HostFacts) -> str | None:
     if lanes > facts.lanes:
         return f"vector_lanes={lanes} exceeds the host's {facts.lanes} fp32 lanes"
+    return None
+
+
+def check_vector(lanes: int, width: int, facts: HostFacts, what: str) -> str | None:
+    """A vectorized loop of `width` elements is split in `lanes`-wide host vectors."""
+    reason = check_lanes(lanes, facts)
+    if reason:
+        return reason
     if width % lanes:
         return f"{what}={width} is not a multiple of vector_lanes={lanes}"
     return None
@@ -181,13 +204,13 @@ def schedule_epilogue(sch: s_tir.Schedule, at: Any, lanes: int) -> None:
     sch.vectorize(vector)
 
 
-def configs(space: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+def configs(space: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Every configuration of a space, in a fixed order (for grid search and fallbacks)."""
     names = sorted(space)
     return [dict(zip(names, values)) for values in itertools.product(*(space[n] for n in names))]
 
 
-def sample_valid(space: Mapping[str, Sequence[Any]], count: int, seed: int,
+def sample_valid(space: Mapping[str, Any], count: int, seed: int,
                  valid: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
     """Up to `count` distinct valid configurations drawn at random (a seeded random search)."""
     rng = random.Random(seed)
@@ -205,7 +228,7 @@ def sample_valid(space: Mapping[str, Sequence[Any]], count: int, seed: int,
     return chosen
 
 
-def nearest_valid(default: Mapping[str, Any], space: Mapping[str, Sequence[Any]],
+def nearest_valid(default: Mapping[str, Any], space: Mapping[str, Any],
                   valid: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
     """The valid configuration that differs from `default` in the fewest parameters."""
     def distance(config: dict[str, Any]) -> int:
@@ -242,18 +265,18 @@ def schedule_rows(sch: s_tir.Schedule, config: Mapping[str, Any], row_stages: Se
     sch.vectorize(sch.split(cols, [None, lanes])[1])
     present = {sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))}
     for name in reversed([s for s in row_stages if s in present]):
-        sch.compute_at(sch.get_sblock(name), row)
+        sch.compute_at(sch.get_sblock(name), row, preserve_unit_loops=True)
     for name in row_stages:
         if name not in present:
             continue
         block = sch.get_sblock(name)
-        inner = sch.get_loops(block)[2:]  # below the row-block and row loops
-        if name.endswith("_lanes"):  # (lane, step): step outside, the lane vector inside
-            lane, step = inner
+        loops = sch.get_loops(block)
+        if name.endswith("_lanes"):  # (..., lane, step): step outside, the lane vector inside
+            lane, step = loops[-2:]
             sch.reorder(step, lane)
             sch.vectorize(lane)
-        elif len(inner) == 1 and not _is_reduction(sch, block):
-            sch.vectorize(sch.split(inner[0], [None, lanes])[1])
+        elif not _is_reduction(sch, block):
+            sch.vectorize(sch.split(loops[-1], [None, lanes])[1])
 
 
 def _is_reduction(sch: s_tir.Schedule, block: Any) -> bool:

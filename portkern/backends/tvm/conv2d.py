@@ -5,26 +5,40 @@ channels of tile_w consecutive outputs of one output row: each step of the reduc
 one weight per channel and loads one vector of input per row, so the tile stays in vector
 registers for the whole C*KH*KW reduction, then the epilogue runs on it before it is stored.
 Output columns are padded to whole tiles (the input is copied to a zero-padded buffer when padding
-or that extension needs it), output channels by clamping weight rows. spatial="flat" re-cuts a
-1x1, stride-1, unpadded convolution's H*W plane into rows of whole tiles where it can (56x56 is
-14 rows of 224): no padded tiles and no padded copy of the input on most CNN shapes. c_block splits the channel reduction: all output columns of a row accumulate one
-block of channels before the next (partial sums stay in a small row buffer), so the input rows a
-block reads stay in L1 instead of being refetched across a 12 KB channel stride per tile.
-outer="row_oc" walks all channel tiles of one output row before the next row, so the input rows
-they share are read from cache rather than streamed once per channel tile. pack_w copies the weights to [OC/tile_oc, C/g, KH, KW, tile_oc] so a tile's
-weights are adjacent in memory.
+or that extension needs it), output channels by clamping weight rows.
+
+Knobs beyond the tile: spatial="flat" re-cuts a 1x1, stride-1, unpadded convolution's H*W plane
+into rows of whole tiles where it can (56x56 is 14 rows of 224): no padded tiles and no padded
+copy of the input on most CNN shapes. c_block splits the channel reduction: all output columns of
+a row accumulate one block of channels before the next (partial sums stay in a small row buffer),
+so the input rows a block reads stay in L1 instead of being refetched across a 12 KB channel
+stride per tile. outer="row_oc" walks all channel tiles of one output row before the next row, so
+the input rows they share come from cache rather than being streamed once per channel tile.
+pack_w copies the weights to [OC/tile_oc, C/g, KH, KW, tile_oc] so a tile's weights are adjacent.
 """
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-import tvm
 from tvm import s_tir, te
 
 from ...hwprofile import Target
 from ...tasks import Task
-from .common import (HostFacts, Kernel, ceil_to, check_float32, check_registers, check_space,
-                     check_vector, clamp, epilogue, inline_elementwise, schedule_epilogue)
+from .common import (
+    HostFacts,
+    Kernel,
+    ceil_to,
+    check_float32,
+    check_registers,
+    check_space,
+    check_vector,
+    clamp,
+    epilogue,
+    inline_elementwise,
+    needs_padding,
+    padded_input,
+    schedule_epilogue,
+)
 
 KIND = "conv2d"
 PRECISION = "fp32"
@@ -39,7 +53,7 @@ SPACE = {
     "pack_w": [True, False],
     "parallel": [True, False],
 }
-DEFAULT = {"tile_oc": 6, "tile_w": 32, "vector_lanes": 16, "spatial": "rows",
+DEFAULT = {"tile_oc": 6, "tile_w": 32, "vector_lanes": 16, "spatial": "flat",
            "reduce_order": "c_outer", "c_block": 32, "outer": "row_oc", "pack_w": True, "parallel": True}
 FLAT_ROW_MAX = 256
 
@@ -94,7 +108,7 @@ def constraints(task: Task, config: Mapping[str, Any], target: Target) -> str | 
 def schedule(task: Task, config: Mapping[str, Any], target: Target) -> Kernel:
     tile_oc, tile_w, lanes = config["tile_oc"], config["tile_w"], config["vector_lanes"]
     x_shape, w_shape, out_shape = _geometry(task, config)
-    batch, _, height, width = x_shape
+    batch = x_shape[0]
     out_c, group_c, kh, kw = w_shape
     _, _, out_h, out_w = out_shape
     group = int(task.attr("group", 1))
@@ -112,14 +126,8 @@ def schedule(task: Task, config: Mapping[str, Any], target: Target) -> Kernel:
 
     in_h = (out_h - 1) * sh + (kh - 1) * dh + 1
     in_w = (padded_w - 1) * sw + (kw - 1) * dw + 1
-    if pad_top or pad_left or in_h > height or in_w > width:
-        def pad(n: Any, c: Any, i: Any, j: Any) -> Any:
-            inside = te.all(i >= pad_top, i < height + pad_top, j >= pad_left, j < width + pad_left)
-            return te.if_then_else(inside, x[n, c, i - pad_top, j - pad_left], tvm.tirx.const(0.0, "float32"))
-
-        source = te.compute((batch, x_shape[1], in_h, in_w), pad, name="x_padded")
-    else:
-        source = x
+    source = padded_input(x, pad_top, pad_left, in_h, in_w, 0.0) \
+        if needs_padding(x_shape, pad_top, pad_left, in_h, in_w) else x
 
     if config["pack_w"]:
         packed = te.compute((padded_oc // tile_oc, group_c, kh, kw, tile_oc),

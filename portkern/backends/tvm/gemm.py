@@ -17,8 +17,19 @@ from tvm import s_tir, te
 
 from ...hwprofile import Target
 from ...tasks import Task
-from .common import (HostFacts, Kernel, ceil_to, check_float32, check_registers, check_space,
-                     check_vector, clamp, epilogue, inline_elementwise, schedule_epilogue)
+from .common import (
+    HostFacts,
+    Kernel,
+    ceil_to,
+    check_float32,
+    check_registers,
+    check_space,
+    check_vector,
+    clamp,
+    epilogue,
+    inline_elementwise,
+    schedule_epilogue,
+)
 
 KIND = "gemm"
 PRECISION = "fp32"
@@ -48,7 +59,7 @@ def constraints(task: Task, config: Mapping[str, Any], target: Target) -> str | 
     if reason:
         return reason
     facts = HostFacts.of(target)
-    m, n, k = dims(task)
+    _, n, k = dims(task)
     tile_m, tile_n, lanes = config["tile_m"], config["tile_n"], config["vector_lanes"]
     reason = (check_vector(lanes, tile_n, facts, "tile_n")
               or check_registers(tile_m, tile_n, lanes, facts))

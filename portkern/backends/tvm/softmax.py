@@ -15,7 +15,16 @@ from tvm import s_tir, te, topi
 
 from ...hwprofile import Target
 from ...tasks import Task
-from .common import HostFacts, Kernel, check_float32, check_space, inline_elementwise, row_reduce, schedule_rows
+from .common import (
+    HostFacts,
+    Kernel,
+    check_float32,
+    check_lanes,
+    check_space,
+    inline_elementwise,
+    row_reduce,
+    schedule_rows,
+)
 
 KIND = "softmax"
 PRECISION = "fp32"
@@ -39,8 +48,9 @@ def constraints(task: Task, config: Mapping[str, Any], target: Target) -> str | 
     if reason:
         return reason
     lanes = config["vector_lanes"]
-    if lanes > HostFacts.of(target).lanes:
-        return f"vector_lanes={lanes} exceeds the host's {HostFacts.of(target).lanes} fp32 lanes"
+    reason = check_lanes(lanes, HostFacts.of(target))
+    if reason:
+        return reason
     _, n = dims(task)
     if config["lane_reduce"] and n % lanes:
         return f"lane_reduce needs the row length {n} divisible by vector_lanes={lanes}"

@@ -206,6 +206,12 @@ def attempt_text(attempt: PreviousAttempt, floor_seconds: float) -> str:
     elif attempt.stage == "compile_error":
         verdict = (f"{head} failed to compile (config {attempt.config}). The compiler said:\n"
                    f"```\n{_clip(attempt.message, _MAX_ERROR_CHARS, keep='tail')}\n```")
+    elif attempt.stage == "invalid":
+        verdict = (f"{head} was not run with config {attempt.config}: its constraints() or the target's "
+                   f"limits refused it: {attempt.message}")
+    elif attempt.stage in ("runtime_error", "timeout"):
+        what = "crashed while running" if attempt.stage == "runtime_error" else "ran past the time limit"
+        verdict = f"{head} {what} (config {attempt.config}): {attempt.message}"
     else:
         verdict = f"{head} failed verification ({attempt.stage}, config {attempt.config}): {attempt.message}"
     lines = [verdict]
@@ -269,7 +275,8 @@ def build_prompt(task: Task, backend: Backend, feedback: Feedback, examples: Seq
         "## Reference semantics (the model's ONNX nodes; the gate runs them in float64)",
         reference_text(task),
         "",
-        f"## Target: {backend.target.name} ({profile.description}), backend `{backend.name}`",
+        f"## Target: {backend.target.name}{f' ({profile.description})' if profile.description else ''}, "
+        f"backend `{backend.name}`",
         f"kind {profile.kind}, arch {profile.arch}, {profile.cores} cores (SMs/CUs), warp size {profile.warp_size}, "
         f"alignment {profile.alignment} B",
         "peak FLOP/s by dtype: " + ", ".join(f"{k} {v:.3g}" for k, v in sorted(profile.peak_flops.items())),
@@ -289,7 +296,7 @@ def build_prompt(task: Task, backend: Backend, feedback: Feedback, examples: Seq
     else:
         sections.append("No kernel has passed the gate yet for this task.")
     if examples:
-        sections += ["", "## Built-in kernels of this backend (they follow the contract and pass the gate)"]
+        sections += ["", "## Built-in kernels of this backend (working modules that follow the contract)"]
         sections += [_fenced(source) for source in examples]
     if previous_attempt is not None:
         sections += ["", "## Previous attempt", attempt_text(previous_attempt, floor)]

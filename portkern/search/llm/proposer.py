@@ -163,10 +163,12 @@ class LlmProposer(Proposer):
         stage, reason, variant = "static_check", "", None
         try:
             variant = variant_from_source(name, kernel.source, backend.name, "llm", contract_imports(backend))
-        except KernelSourceError as exc:
+        except KernelSourceError as exc:  # includes a header of the wrong shape, e.g. DEFAULT = 4
             reason = str(exc)
+        except RecursionError:
+            reason = "the module is nested too deeply to parse"
         if variant is not None and variant.kind != task.kind:
-            reason = f"the module declares KIND = '{variant.kind}' but the task is '{task.kind}'"
+            reason = f"the module declares KIND = {variant.kind!r} but the task is '{task.kind}'"
         elif variant is not None and variant.source_hash in self._source_owner:
             stage = "duplicate"
             earlier = self._source_owner[variant.source_hash]
@@ -181,8 +183,9 @@ class LlmProposer(Proposer):
 
 
 def _last_sequence(transcript_dir: Path) -> int:
-    numbers = [int(p.name.split("-", 1)[0]) for p in transcript_dir.glob("*-*.json") if p.name.split("-", 1)[0].isdigit()]
-    return max(numbers, default=0)
+    """The highest NNNN of the NNNN-<task>.json transcripts already in the folder (0 when none)."""
+    prefixes = (path.name.split("-", 1)[0] for path in transcript_dir.glob("*-*.json"))
+    return max((int(prefix) for prefix in prefixes if prefix.isdigit()), default=0)
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

@@ -45,8 +45,10 @@ def constraints(task, config, target):
 
 
 def schedule(task, config, target):
-    batch, heads, seq, seq_kv, head_dim, block_d, tiles_m, items, programs = _geometry(task, config)
-    bm, bn, size, buffers = config["BLOCK_M"], config["BLOCK_N"], ITEMSIZE[task.dtype], config["BUFFERS"]
+    _, _, seq, seq_kv, head_dim, block_d, tiles_m, items, programs = _geometry(task, config)
+    size, buffers = ITEMSIZE[task.dtype], config["BUFFERS"]
+    # masked loads move only in-bounds rows/columns; the cube works on 16-aligned fractals
+    bm, bn = (min(config[f"BLOCK_{axis}"], -(-extent // 16) * 16) for axis, extent in (("M", seq), ("N", seq_kv)))
     steps = _kv_blocks(task, config, seq, seq_kv, tiles_m)
     mask_bytes = bm * bn * ITEMSIZE.get(task.inputs[3].dtype, 4) if task.attr("mask", False) else 0
     per_tile = {
@@ -60,18 +62,20 @@ def schedule(task, config, target):
     }
     transfers = {"gm_to_l1": 3 + 1 / steps, "l1_to_l0": 4, "l0c_to_gm": 2, "gm_to_ub": 2 + bool(mask_bytes),
                  "ub_to_gm": 1 + 1 / steps}
-    live = {"l1": buffers * (2 * bn * block_d + bm * bn) * size + bm * block_d * size,
-            "l0a": buffers * max(bm * block_d, bm * bn) * size, "l0b": buffers * bn * block_d * size,
-            "l0c": buffers * (bm * bn + bm * block_d) * 4,
-            "ub": buffers * (bm * bn * (4 + size) + mask_bytes) // 2 + bm * block_d * 4 + 2 * bm * 4}
+    tile_m, tile_n = config["BLOCK_M"], config["BLOCK_N"]
+    tile_mask = tile_m * tile_n * ITEMSIZE.get(task.inputs[3].dtype, 4) if mask_bytes else 0
+    live = {"l1": buffers * (2 * tile_n * block_d + tile_m * tile_n) * size + tile_m * block_d * size,
+            "l0a": buffers * max(tile_m * block_d, tile_m * tile_n) * size, "l0b": buffers * tile_n * block_d * size,
+            "l0c": buffers * (tile_m * tile_n + tile_m * block_d) * 4,
+            "ub": buffers * (tile_m * tile_n * (4 + size) + tile_mask) // 2 + tile_m * block_d * 4 + 2 * tile_m * 4}
     total = items * steps
     return {
         "core": "mixed", "programs": programs, "tiles": int(triton.cdiv(items, programs) * steps),
         "total_tiles": int(total), "buffers": buffers, "per_tile": per_tile, "transfers": transfers, "live": live,
-        "tails": {"l1": [block_d * size, bn * size], "ub": [bn * 4, block_d * 4, bn * size]},
+        "tails": {"l1": [block_d * size, tile_n * size], "ub": [tile_n * 4, block_d * 4, tile_n * size]},
         "gm_alignment": min((head_dim * size) & -(head_dim * size), 512),
         "footprint_bytes": sum(spec.nbytes for spec in task.inputs) + task.outputs[0].nbytes
-        + programs * (bm * bn + bm * block_d) * 4,
+        + programs * (tile_m * tile_n + tile_m * block_d) * 4,
         "cube_dtype": task.dtype, "vector_op_bytes": 4,
     }
 

@@ -11,7 +11,7 @@ KIND = "conv2d"
 PRECISION = "fp32"
 SPACE = {"BLOCK_M": [64, 128, 256], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128],
          "PROGRAMS": [16, 20, 24], "BUFFERS": [1, 2, 3]}
-DEFAULT = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "PROGRAMS": 24, "BUFFERS": 2}
+DEFAULT = {"BLOCK_M": 256, "BLOCK_N": 64, "BLOCK_K": 32, "PROGRAMS": 24, "BUFFERS": 2}  # valid for fp16/fp32, every epilogue
 
 ITEMSIZE = {"float16": 2, "float32": 4}
 ACTIVATION_VECTOR_OPS = {"none": 0, "relu": 1, "relu6": 2, "sigmoid": 4, "tanh": 5, "silu": 5,
@@ -19,7 +19,7 @@ ACTIVATION_VECTOR_OPS = {"none": 0, "relu": 1, "relu6": 2, "sigmoid": 4, "tanh":
 
 
 def _geometry(task, config):
-    n, c, h, w = task.inputs[0].shape
+    n = task.inputs[0].shape[0]
     oc, c_per_group, kh, kw = task.inputs[1].shape
     _, _, oh, ow = task.outputs[0].shape
     group = task.attr("group", 1)
@@ -41,7 +41,7 @@ def constraints(task, config, target):
 
 
 def schedule(task, config, target):
-    m, n_cols, k, group, out_tiles, programs = _geometry(task, config)
+    m, n_cols, k, _, out_tiles, programs = _geometry(task, config)
     size, buffers = ITEMSIZE[task.dtype], config["BUFFERS"]
     tile_m, tile_n, tile_k = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
     bm, bn, bk = (min(block, -(-extent // 16) * 16) for block, extent in ((tile_m, m), (tile_n, n_cols), (tile_k, k)))
@@ -51,7 +51,10 @@ def schedule(task, config, target):
     operand_bytes = (bm * bk + bk * bn) * size
     per_tile = {"gm_to_l1": operand_bytes + (bn * size / k_steps if has_bias else 0.0),
                 "l1_to_l0": operand_bytes, "cube_macs": bm * bn * bk}
-    transfers = {"gm_to_l1": 1 + bk + (1 / k_steps if has_bias else 0.0), "l1_to_l0": 2}
+    # one strided DMA per input channel in the K slice covers all its kernel offsets (blockCount/stride)
+    taps = task.inputs[1].shape[2] * task.inputs[1].shape[3]
+    channels = -(-bk // taps)
+    transfers = {"gm_to_l1": 1 + channels + (1 / k_steps if has_bias else 0.0), "l1_to_l0": 2}
     live = {"l1": buffers * (tile_m * tile_k + tile_k * tile_n) * size, "l0a": buffers * tile_m * tile_k * size,
             "l0b": buffers * tile_k * tile_n * size, "l0c": tile_m * tile_n * 4}
     out_bytes = task.outputs[0].nbytes

@@ -11,7 +11,7 @@ KIND = "gemm"
 PRECISION = "fp32"
 SPACE = {"BLOCK_M": [64, 128, 256], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128],
          "PROGRAMS": [16, 20, 24], "BUFFERS": [1, 2, 3]}
-DEFAULT = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 32, "PROGRAMS": 24, "BUFFERS": 2}
+DEFAULT = {"BLOCK_M": 64, "BLOCK_N": 256, "BLOCK_K": 32, "PROGRAMS": 24, "BUFFERS": 2}  # valid for fp16/fp32, every epilogue
 
 ITEMSIZE = {"float16": 2, "float32": 4}
 ACTIVATION_VECTOR_OPS = {"none": 0, "relu": 1, "sigmoid": 4, "tanh": 5, "silu": 5, "gelu": 8, "gelu_tanh": 10}

@@ -7,7 +7,7 @@ import triton.language as tl
 KIND = "softmax"
 PRECISION = "fp32"
 SPACE = {"ROWS": [1, 2, 4, 8, 16, 32], "PROGRAMS": [24, 32, 40, 48], "BUFFERS": [1, 2, 3]}
-DEFAULT = {"ROWS": 8, "PROGRAMS": 48, "BUFFERS": 2}
+DEFAULT = {"ROWS": 4, "PROGRAMS": 48, "BUFFERS": 2}
 
 ITEMSIZE = {"float16": 2, "float32": 4}
 VECTOR_OPS_PER_ELEMENT = 10  # cast, max, subtract, exp (4 vector passes), sum, divide, cast back

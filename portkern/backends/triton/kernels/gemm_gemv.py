@@ -1,9 +1,10 @@
-"""Skinny GEMM (M <= 16, decode-style): streams the weight once, on CUDA cores.
+"""Skinny GEMM (M <= 16, decode-style): streams the weight once.
 
 All M rows live in one program (padded to M_PAD, a power of two), so every weight element is read
 once; a program owns BLOCK_N columns and, with SPLIT_K > 1, one K chunk (partials to a workspace,
-summed in order by a second pass) so that narrow N still fills the machine. Products are fp32
-multiply-adds, no tensor cores.
+summed in order by a second pass) so that narrow N still fills the machine. Below 16 rows the
+products are fp32 multiply-adds on CUDA cores (a tensor-core tile would be mostly padding); at 16
+rows tl.dot takes over. fp32 inputs use exact fp32 products either way.
 """
 import math
 
@@ -19,6 +20,7 @@ SPACE = {"BLOCK_N": [16, 32, 64, 128, 256], "BLOCK_K": [16, 32, 64, 128, 256], "
          "num_warps": [1, 2, 4, 8], "num_stages": [1, 2, 3]}
 DEFAULT = {"BLOCK_N": 64, "BLOCK_K": 64, "SPLIT_K": 1, "num_warps": 4, "num_stages": 2}
 MAX_ROWS = 16
+DOT_ROWS = 16  # from here a tensor-core tile is full
 PRODUCTS_PER_THREAD = 64  # fp32 products of the M_PAD x BLOCK_K x BLOCK_N block a thread holds
 
 
@@ -31,7 +33,7 @@ def constraints(task, config, target):
     if M > MAX_ROWS:
         return f"M={M} is not skinny (at most {MAX_ROWS} rows)"
     threads = config["num_warps"] * target.profile.warp_size
-    if _m_pad(M) * config["BLOCK_N"] * config["BLOCK_K"] > PRODUCTS_PER_THREAD * threads:
+    if _m_pad(M) < DOT_ROWS and _m_pad(M) * config["BLOCK_N"] * config["BLOCK_K"] > PRODUCTS_PER_THREAD * threads:
         return f"a {_m_pad(M)}x{config['BLOCK_K']}x{config['BLOCK_N']} product block spills over {threads} threads"
     return _gemm_task_problem(task) or _split_problem(K, config["SPLIT_K"], config["BLOCK_K"])
 
@@ -48,7 +50,8 @@ def scratch(task, config):
 @triton.jit
 def _gemv(a_ptr, b_ptr, c_ptr, ws_ptr, bias_ptr, res_ptr, M, N, K, k_chunk, stride_am, stride_ak,
           stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn, M_PAD: tl.constexpr,
-          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, ACTIVATION: tl.constexpr,
+          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, USE_DOT: tl.constexpr,
+          ACTIVATION: tl.constexpr,
           HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
     split = tl.program_id(1)
     rows = tl.arange(0, M_PAD)
@@ -60,10 +63,13 @@ def _gemv(a_ptr, b_ptr, c_ptr, ws_ptr, bias_ptr, res_ptr, M, N, K, k_chunk, stri
     for k in range(k_lo, k_hi, BLOCK_K):
         k_ok = (k + ks) < k_hi
         a = tl.load(a_ptr + rows[:, None] * stride_am + (k + ks)[None, :] * stride_ak,
-                    mask=(rows[:, None] < M) & k_ok[None, :], other=0.0).to(tl.float32)
+                    mask=(rows[:, None] < M) & k_ok[None, :], other=0.0)
         b = tl.load(b_ptr + (k + ks)[:, None] * stride_bk + cols[None, :].to(tl.int64) * stride_bn,
-                    mask=k_ok[:, None] & (cols[None, :] < N), other=0.0).to(tl.float32)
-        acc += tl.sum(a[:, :, None] * b[None, :, :], axis=1)
+                    mask=k_ok[:, None] & (cols[None, :] < N), other=0.0)
+        if USE_DOT:
+            acc = tl.dot(a, b, acc, input_precision="ieee")
+        else:
+            acc += tl.sum(a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :], axis=1)
     if SPLIT:
         _store_partial(acc, ws_ptr, split, rows, cols, M, N)
     else:
@@ -79,7 +85,7 @@ def launch(task, config, inputs, outputs):
     _gemv[(triton.cdiv(p.N, bn), split_k)](
         inputs[0], inputs[1], outputs[0], workspace, p.bias, p.residual, p.M, p.N, p.K,
         _k_chunk(p.K, split_k, bk), *p.stride_a, *p.stride_b, *p.stride_c, *p.stride_r, M_PAD=m_pad,
-        BLOCK_N=bn, BLOCK_K=bk, SPLIT=split_k > 1, **p.epilogue, num_warps=config["num_warps"],
+        BLOCK_N=bn, BLOCK_K=bk, SPLIT=split_k > 1, USE_DOT=m_pad >= DOT_ROWS, **p.epilogue, num_warps=config["num_warps"],
         num_stages=config["num_stages"])
     if split_k > 1:
         _launch_reduce(p, workspace, outputs[0], split_k, m_pad, bn, config["num_warps"])

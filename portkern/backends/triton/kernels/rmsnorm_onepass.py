@@ -43,4 +43,4 @@ def launch(task, config, inputs, outputs):
     grid = (triton.cdiv(n_rows, rows_per_program),)
     _rmsnorm_rows[grid](inputs[0], inputs[1], outputs[0], n_rows, n_cols, float(task.attr("eps", 1e-6)),
                         BLOCK_N=triton.next_power_of_2(n_cols), ROWS=rows_per_program,
-                        num_warps=config["num_warps"])
+                        EVICTION=config["EVICTION"], num_warps=config["num_warps"])

@@ -1,0 +1,200 @@
+"""Elementwise chains, triton-ascend style: one program per vector core loops over BLOCK-element
+tiles of the flattened tensors. The expression (attrs["expr"]) is compiled into the kernel as
+constexpr step names and operand slots, so one source serves every chain of up to four steps in
+which each step reads task inputs, the step before it, or scalar constants. Other expressions
+(broadcast inputs, casts, where, a step reading an older step) are refused in constraints().
+"""
+import triton
+import triton.language as tl
+
+KIND = "elementwise"
+PRECISION = "fp32"
+SPACE = {"BLOCK": [1024, 2048, 4096, 8192, 16384], "PROGRAMS": [24, 32, 40, 48], "BUFFERS": [1, 2, 3]}
+DEFAULT = {"BLOCK": 4096, "PROGRAMS": 48, "BUFFERS": 2}
+
+ITEMSIZE = {"float16": 2, "float32": 4}
+MAX_STEPS = 4
+MAX_INPUTS = 4
+PREVIOUS, SCALAR, NONE = 4, 5, -1  # operand slots beyond the inputs' 0..3
+# vector passes per element (transcendentals take several)
+STEP_COST = {"add": 1, "sub": 1, "mul": 1, "div": 2, "max": 1, "min": 1, "square": 1, "cube": 2,
+             "sqrt": 2, "exp": 4, "log": 4, "tanh": 6, "sigmoid": 5, "relu": 1, "erf": 6, "neg": 1,
+             "abs": 1, "reciprocal": 2, "gelu": 9, "gelu_tanh": 10}
+BINARY = ("add", "sub", "mul", "div", "max", "min")
+POWERS = {2.0: "square", 3.0: "cube", 0.5: "sqrt"}
+
+
+def _steps(task):
+    """(op, first operand slot, second slot, first scalar, second scalar) per step, or a reason."""
+    steps = []
+    for index, (op, *args) in enumerate(task.attr("expr", ())):
+        if op == "pow":
+            if isinstance(args[1], str) or float(args[1]) not in POWERS:
+                return f"pow with exponent {args[1]!r} is not supported (only 2, 3, 0.5)"
+            op, args = POWERS[float(args[1])], args[:1]
+        if op not in STEP_COST:
+            return f"expression step '{op}' is not supported by this variant"
+        slots, scalars = [], []
+        for arg in args:
+            if not isinstance(arg, str):
+                slots.append(SCALAR)
+                scalars.append(float(arg))
+                continue
+            if arg == f"t{index - 1}":
+                slots.append(PREVIOUS)
+            elif arg.startswith("in") and int(arg[2:]) < MAX_INPUTS:
+                slots.append(int(arg[2:]))
+            else:
+                return f"operand {arg} of step {index} is neither an input, the previous step nor a scalar"
+            scalars.append(0.0)
+        slots += [NONE] * (2 - len(slots))
+        scalars += [0.0] * (2 - len(scalars))
+        steps.append((op, slots[0], slots[1], scalars[0], scalars[1]))
+    return steps
+
+
+def constraints(task, config, target):
+    if task.dtype not in ITEMSIZE or task.outputs[0].dtype not in ITEMSIZE:
+        return f"{task.dtype} is not supported here (fp32/fp16 only)"
+    if any(spec.shape != task.outputs[0].shape or spec.dtype != task.dtype for spec in task.inputs):
+        return "inputs must all have the output's shape and dtype (no broadcasting in this variant)"
+    if len(task.inputs) > MAX_INPUTS:
+        return f"more than {MAX_INPUTS} inputs"
+    steps = _steps(task)
+    if isinstance(steps, str):
+        return steps
+    if not steps or len(steps) > MAX_STEPS:
+        return f"expression has {len(steps)} steps (1 to {MAX_STEPS} supported)"
+    return None
+
+
+def schedule(task, config, target):
+    n = task.outputs[0].numel
+    block, size = config["BLOCK"], ITEMSIZE[task.dtype]
+    n_tiles = triton.cdiv(n, block)
+    programs = min(config["PROGRAMS"], n_tiles)
+    moved = min(block, n)
+    inputs = len(task.inputs)
+    cost = 2 + sum(STEP_COST[step[0]] for step in _steps(task))  # + cast in and out
+    return {
+        "core": "vector", "programs": programs, "tiles": triton.cdiv(n_tiles, programs), "total_tiles": n_tiles,
+        "buffers": config["BUFFERS"],
+        "per_tile": {"gm_to_ub": inputs * moved * size, "ub_to_gm": moved * ITEMSIZE[task.outputs[0].dtype],
+                     "vector_ops": block * cost},
+        "transfers": {"gm_to_ub": inputs},
+        "live": {"ub": config["BUFFERS"] * (inputs + 1) * block * size + 2 * block * 4},
+        "tails": {"ub": [block * size]},
+        "gm_alignment": min((block * size) & -(block * size), 512),
+        "footprint_bytes": (inputs + 1) * n * size, "vector_op_bytes": 4,
+    }
+
+
+@triton.jit
+def _operand(SLOT: tl.constexpr, x0, x1, x2, x3, previous, scalar, BLOCK: tl.constexpr):
+    if SLOT == 0:
+        value = x0
+    elif SLOT == 1:
+        value = x1
+    elif SLOT == 2:
+        value = x2
+    elif SLOT == 3:
+        value = x3
+    elif SLOT == 4:
+        value = previous
+    else:
+        value = tl.full((BLOCK,), scalar, tl.float32)
+    return value
+
+
+@triton.jit
+def _step(OP: tl.constexpr, A: tl.constexpr, B: tl.constexpr, x0, x1, x2, x3, previous, scalar_a, scalar_b,
+          BLOCK: tl.constexpr):
+    a = _operand(A, x0, x1, x2, x3, previous, scalar_a, BLOCK)
+    b = _operand(B, x0, x1, x2, x3, previous, scalar_b, BLOCK)
+    if OP == "add":
+        y = a + b
+    elif OP == "sub":
+        y = a - b
+    elif OP == "mul":
+        y = a * b
+    elif OP == "div":
+        y = a / b
+    elif OP == "max":
+        y = tl.maximum(a, b)
+    elif OP == "min":
+        y = tl.minimum(a, b)
+    elif OP == "square":
+        y = a * a
+    elif OP == "cube":
+        y = a * a * a
+    elif OP == "sqrt":
+        y = tl.sqrt(a)
+    elif OP == "exp":
+        y = tl.exp(a)
+    elif OP == "log":
+        y = tl.log(a)
+    elif OP == "tanh":
+        y = 2.0 * tl.sigmoid(2.0 * a) - 1.0
+    elif OP == "sigmoid":
+        y = tl.sigmoid(a)
+    elif OP == "relu":
+        y = tl.maximum(a, 0.0)
+    elif OP == "erf":
+        y = tl.erf(a)
+    elif OP == "neg":
+        y = -a
+    elif OP == "abs":
+        y = tl.abs(a)
+    elif OP == "reciprocal":
+        y = 1.0 / a
+    elif OP == "gelu":
+        y = 0.5 * a * (1.0 + tl.erf(a * 0.7071067811865476))
+    else:  # gelu_tanh
+        y = 0.5 * a * (1.0 + 2.0 * tl.sigmoid(1.5957691216057308 * (a + 0.044715 * a * a * a)) - 1.0)
+    return y
+
+
+@triton.jit
+def _elementwise_blocks(x0_ptr, x1_ptr, x2_ptr, x3_ptr, out_ptr, n,
+                        s0a, s0b, s1a, s1b, s2a, s2b, s3a, s3b,
+                        OP0: tl.constexpr, A0: tl.constexpr, B0: tl.constexpr,
+                        OP1: tl.constexpr, A1: tl.constexpr, B1: tl.constexpr,
+                        OP2: tl.constexpr, A2: tl.constexpr, B2: tl.constexpr,
+                        OP3: tl.constexpr, A3: tl.constexpr, B3: tl.constexpr,
+                        N_INPUTS: tl.constexpr, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    num_cores = tl.num_programs(0)
+    for block in range(pid, tl.cdiv(n, BLOCK), num_cores):
+        offsets = block * BLOCK + tl.arange(0, BLOCK)
+        inside = offsets < n
+        x0 = tl.load(x0_ptr + offsets, mask=inside, other=1.0).to(tl.float32)
+        x1 = x0
+        x2 = x0
+        x3 = x0
+        if N_INPUTS > 1:
+            x1 = tl.load(x1_ptr + offsets, mask=inside, other=1.0).to(tl.float32)
+        if N_INPUTS > 2:
+            x2 = tl.load(x2_ptr + offsets, mask=inside, other=1.0).to(tl.float32)
+        if N_INPUTS > 3:
+            x3 = tl.load(x3_ptr + offsets, mask=inside, other=1.0).to(tl.float32)
+        value = _step(OP0, A0, B0, x0, x1, x2, x3, x0, s0a, s0b, BLOCK)
+        if OP1 != "":
+            value = _step(OP1, A1, B1, x0, x1, x2, x3, value, s1a, s1b, BLOCK)
+        if OP2 != "":
+            value = _step(OP2, A2, B2, x0, x1, x2, x3, value, s2a, s2b, BLOCK)
+        if OP3 != "":
+            value = _step(OP3, A3, B3, x0, x1, x2, x3, value, s3a, s3b, BLOCK)
+        tl.store(out_ptr + offsets, value.to(out_ptr.dtype.element_ty), mask=inside)
+
+
+def launch(task, config, inputs, outputs):
+    steps = _steps(task)
+    steps += [("", NONE, NONE, 0.0, 0.0)] * (MAX_STEPS - len(steps))
+    n = task.outputs[0].numel
+    pointers = list(inputs) + [inputs[0]] * (MAX_INPUTS - len(inputs))
+    scalars = [value for step in steps for value in step[3:]]
+    ops = {f"{name}{index}": step[position] for index, step in enumerate(steps)
+           for position, name in ((0, "OP"), (1, "A"), (2, "B"))}
+    programs = min(config["PROGRAMS"], triton.cdiv(n, config["BLOCK"]))
+    _elementwise_blocks[(programs,)](*pointers, outputs[0], n, *scalars, **ops, N_INPUTS=len(inputs),
+                                     BLOCK=config["BLOCK"])

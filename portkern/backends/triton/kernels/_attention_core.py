@@ -1,0 +1,102 @@
+LOG2E = 1.4426950408889634
+MAX_HEAD_DIM = 256
+
+
+def _block_d(head_dim):
+    return max(16, triton.next_power_of_2(head_dim))
+
+
+def _head_dim_problem(task):
+    head_dim = task.inputs[0].shape[-1]
+    if head_dim > MAX_HEAD_DIM:
+        return f"head dim {head_dim} > {MAX_HEAD_DIM} does not fit one tile"
+    return None
+
+
+def _register_problem(task, config, target):
+    """The fp32 accumulator and the score tile live in registers."""
+    threads = config["num_warps"] * target.profile.warp_size
+    per_thread = (config["BLOCK_M"] * (_block_d(task.inputs[0].shape[-1]) + config["BLOCK_N"])) // threads
+    if per_thread > 160:
+        return f"{per_thread} fp32 registers a thread for the accumulator and scores would spill"
+    return None
+
+
+def _attention_shared_memory(task, config):
+    itemsize = 4 if task.dtype == "float32" else 2
+    block_d = _block_d(task.inputs[0].shape[-1])
+    return itemsize * block_d * (config["BLOCK_M"] + 2 * max(1, config["num_stages"]) * config["BLOCK_N"])
+
+
+def _strides4(t, shape4):
+    """Strides of t broadcast to a 4-D shape: size-1 (or missing) dims get stride 0."""
+    pad = len(shape4) - len(t.shape)
+    sizes = (1,) * pad + tuple(t.shape)
+    strides = (0,) * pad + tuple(t.stride())
+    return tuple(0 if size == 1 else stride for size, stride in zip(sizes, strides))
+
+
+class _AttentionProblem:
+    """q, k, v, mask of an attention task as kernel arguments (k_transposed as a stride swap)."""
+
+    def __init__(self, task, inputs):
+        q, k, v = inputs[0], inputs[1], inputs[2]
+        self.batch, self.heads, self.seq, self.head_dim = q.shape
+        self.seq_kv = v.shape[2]
+        k_strides = k.stride()
+        if task.attr("k_transposed", False):  # (B, H, D, Sk) read in (b, h, s, d) order
+            k_strides = (k_strides[0], k_strides[1], k_strides[3], k_strides[2])
+        self.has_mask = bool(task.attr("mask", False))
+        self.mask = inputs[3] if self.has_mask else q
+        shape4 = (self.batch, self.heads, self.seq, self.seq_kv)
+        mask_strides = _strides4(self.mask, shape4) if self.has_mask else (0, 0, 0, 0)
+        self.tensors = (q, k, v, self.mask)
+        self.strides = (*q.stride(), *k_strides, *v.stride(), *mask_strides)
+        scale = float(task.attr("scale", 1.0 / math.sqrt(self.head_dim)))
+        self.scale_log2 = scale * LOG2E
+        self.flags = {"BLOCK_D": _block_d(self.head_dim), "HAS_MASK": self.has_mask,
+                      "CAUSAL": bool(task.attr("causal", False))}
+
+
+@triton.jit
+def _attend(q, k_base, v_base, m_base, rows, row_ok, dims, dim_ok, key_lo, key_hi, S, SK, scale_log2,
+            sk_s, sk_d, sv_s, sv_d, sm_s, sm_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+            BLOCK_D: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr):
+    """Online softmax of q against keys [key_lo, key_hi): the unnormalised output, running max
+    (log2 units) and running sum. Causal is bottom-right aligned: key j is visible to query i when
+    j <= i + SK - S (as partition.py recognises it)."""
+    row_max = tl.full((BLOCK_M,), -float("inf"), tl.float32)
+    row_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    for start in range(key_lo, key_hi, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        col_ok = cols < key_hi
+        k_t = tl.load(k_base + dims[:, None] * sk_d + cols[None, :] * sk_s,
+                      mask=dim_ok[:, None] & col_ok[None, :], other=0.0)
+        scores = tl.dot(q, k_t, input_precision="ieee") * scale_log2
+        if HAS_MASK:
+            bias = tl.load(m_base + rows[:, None] * sm_s + cols[None, :] * sm_k,
+                           mask=row_ok[:, None] & col_ok[None, :], other=0.0)
+            scores += bias.to(tl.float32) * 1.4426950408889634
+        visible = col_ok[None, :]
+        if CAUSAL:
+            visible = visible & (cols[None, :] <= rows[:, None] + (SK - S))
+        scores = tl.where(visible, scores, -float("inf"))
+        new_max = tl.maximum(row_max, tl.max(scores, axis=1))
+        shift = tl.where(new_max == -float("inf"), 0.0, new_max)  # rows with nothing visible yet
+        probs = tl.exp2(scores - shift[:, None])
+        rescale = tl.exp2(row_max - shift)
+        row_sum = row_sum * rescale + tl.sum(probs, axis=1)
+        v = tl.load(v_base + cols[:, None] * sv_s + dims[None, :] * sv_d,
+                    mask=col_ok[:, None] & dim_ok[None, :], other=0.0)
+        acc = acc * rescale[:, None] + tl.dot(probs.to(v.dtype), v, input_precision="ieee")
+        row_max = new_max
+    return acc, row_max, row_sum
+
+
+@triton.jit
+def _causal_end(block, SK, S, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
+    """One past the last key any row of this query block can see."""
+    if CAUSAL:
+        return tl.minimum(SK, (block + 1) * BLOCK_M + SK - S)
+    return SK

@@ -1,0 +1,114 @@
+"""Attention for few queries over many keys (decoding, short prompts): the keys split across programs.
+
+With S small, one program per (query block, head) leaves most SMs idle while it walks a long Sk.
+Here SPLITS programs share the keys of each (query block, head): each runs the same online
+softmax over its key chunk and writes its unnormalised output, running max and running sum to a
+workspace (`scratch`); a second pass merges the splits in order, rescaling each to the common
+max. Deterministic, no atomics. A split with no visible key (short Sk, causal) contributes nothing. Mask, causal and k_transposed as in attention_flash.
+"""
+import math
+
+import triton
+import triton.language as tl
+
+# include: attention_core
+
+KIND = "attention"
+PRECISION = "fp32"
+SPACE = {"BLOCK_M": [16, 32, 64], "BLOCK_N": [16, 32, 64, 128], "SPLITS": [2, 4, 8, 16, 32],
+         "num_warps": [2, 4, 8], "num_stages": [1, 2, 3]}
+DEFAULT = {"BLOCK_M": 16, "BLOCK_N": 64, "SPLITS": 8, "num_warps": 4, "num_stages": 2}
+MAX_QUERIES = 128  # beyond this, query blocks alone fill the machine: use attention_flash
+
+
+def _chunk(seq_kv, splits, block_n):
+    return triton.cdiv(triton.cdiv(seq_kv, splits), block_n) * block_n
+
+
+def constraints(task, config, target):
+    seq = task.inputs[0].shape[2]
+    if seq > MAX_QUERIES:
+        return f"{seq} queries fill the machine without splitting the keys (at most {MAX_QUERIES})"
+    return _head_dim_problem(task) or _register_problem(task, config, target)
+
+
+def shared_memory(task, config):
+    return _attention_shared_memory(task, config)
+
+
+def scratch(task, config):
+    batch, heads, seq, head_dim = task.inputs[0].shape
+    rows = batch * heads * seq
+    return [((config["SPLITS"], rows, head_dim), "float32"), ((config["SPLITS"], rows), "float32"),
+            ((config["SPLITS"], rows), "float32")]
+
+
+@triton.jit
+def _attention_split(q_ptr, k_ptr, v_ptr, mask_ptr, acc_ptr, max_ptr, sum_ptr, H, S, SK, D, chunk,
+                     scale_log2, sq_b, sq_h, sq_s, sq_d, sk_b, sk_h, sk_s, sk_d, sv_b, sv_h, sv_s, sv_d,
+                     sm_b, sm_h, sm_s, sm_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_D: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr):
+    block, bh, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    b = (bh // H).to(tl.int64)
+    h = bh % H
+    rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, BLOCK_D)
+    row_ok = rows < S
+    dim_ok = dims < D
+    q = tl.load(q_ptr + b * sq_b + h * sq_h + rows[:, None] * sq_s + dims[None, :] * sq_d,
+                mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
+    key_lo = split * chunk
+    key_hi = tl.minimum(key_lo + chunk, _causal_end(block, SK, S, BLOCK_M, CAUSAL))
+    acc, row_max, row_sum = _attend(q, k_ptr + b * sk_b + h * sk_h, v_ptr + b * sv_b + h * sv_h,
+                                    mask_ptr + b * sm_b + h * sm_h, rows, row_ok, dims, dim_ok, key_lo,
+                                    key_hi, S, SK, scale_log2, sk_s, sk_d, sv_s, sv_d, sm_s, sm_k,
+                                    BLOCK_M, BLOCK_N, BLOCK_D, HAS_MASK, CAUSAL)
+    slots = (split * tl.num_programs(1) + bh).to(tl.int64) * S + rows  # (split, b*h, row)
+    tl.store(max_ptr + slots, row_max, mask=row_ok)
+    tl.store(sum_ptr + slots, row_sum, mask=row_ok)
+    tl.store(acc_ptr + slots[:, None] * D + dims[None, :], acc, mask=row_ok[:, None] & dim_ok[None, :])
+
+
+@triton.jit
+def _attention_merge(acc_ptr, max_ptr, sum_ptr, o_ptr, H, S, D, so_b, so_h, so_s, so_d,
+                     SPLITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+    """out = sum_s 2^(m_s - m) acc_s / sum_s 2^(m_s - m) l_s, splits in order."""
+    block, bh = tl.program_id(0), tl.program_id(1)
+    rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, BLOCK_D)
+    row_ok = rows < S
+    dim_ok = dims < D
+    stride_split = tl.num_programs(1).to(tl.int64) * S
+    here = bh.to(tl.int64) * S + rows
+    top = tl.full((BLOCK_M,), -float("inf"), tl.float32)
+    for split in range(SPLITS):
+        top = tl.maximum(top, tl.load(max_ptr + split * stride_split + here, mask=row_ok, other=-float("inf")))
+    shift = tl.where(top == -float("inf"), 0.0, top)
+    total = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    out = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    for split in range(SPLITS):
+        slots = split * stride_split + here
+        weight = tl.exp2(tl.load(max_ptr + slots, mask=row_ok, other=-float("inf")) - shift)
+        total += weight * tl.load(sum_ptr + slots, mask=row_ok, other=0.0)
+        part = tl.load(acc_ptr + slots[:, None] * D + dims[None, :], mask=row_ok[:, None] & dim_ok[None, :],
+                       other=0.0)
+        out += weight[:, None] * part
+    out = out / tl.where(row_ok, total, 1.0)[:, None]  # padding rows: no 0/0
+    b = (bh // H).to(tl.int64)
+    h = bh % H
+    tl.store(o_ptr + b * so_b + h * so_h + rows[:, None] * so_s + dims[None, :] * so_d,
+             out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & dim_ok[None, :])
+
+
+def launch(task, config, inputs, outputs):
+    p = _AttentionProblem(task, inputs)
+    out, acc, row_max, row_sum = outputs[0], outputs[1], outputs[2], outputs[3]
+    splits, block_m = config["SPLITS"], config["BLOCK_M"]
+    blocks = triton.cdiv(p.seq, block_m)
+    _attention_split[(blocks, p.batch * p.heads, splits)](
+        *p.tensors[:3], p.mask, acc, row_max, row_sum, p.heads, p.seq, p.seq_kv, p.head_dim,
+        _chunk(p.seq_kv, splits, config["BLOCK_N"]), p.scale_log2, *p.strides, BLOCK_M=block_m,
+        BLOCK_N=config["BLOCK_N"], **p.flags, num_warps=config["num_warps"], num_stages=config["num_stages"])
+    _attention_merge[(blocks, p.batch * p.heads)](
+        acc, row_max, row_sum, out, p.heads, p.seq, p.head_dim, *out.stride(), SPLITS=splits,
+        BLOCK_M=block_m, BLOCK_D=p.flags["BLOCK_D"], num_warps=config["num_warps"])

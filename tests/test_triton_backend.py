@@ -1,0 +1,277 @@
+"""The Triton backend class: registry, checks, cross-compilation for GPUs that are not here, buffers.
+
+Every variant (matrix and memory-bound, built-in and generated) is compiled to PTX + cubin for
+sm_90 (H200) and sm_80 (A100) with its DEFAULT config, and for sm_90 also with a config sampled
+from its SPACE that passes `check` (a configuration that passes the checks but does not compile is
+a constraints bug). The matrix variants also build HSACO for gfx942 (MI300X).
+"""
+from __future__ import annotations
+
+import importlib.util
+import io
+import random
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from portkern import synthetic
+from portkern.backends import get_backend
+from portkern.backends.base import Artifact, Candidate, CompileError, Variant
+from portkern.backends.kernel_module import KernelSourceError, variant_from_source
+from portkern.backends.triton import TritonBackend, compile_for
+from portkern.backends.triton.backend import INTERPRETER_BF16, InterpreterLimitError
+from portkern.backends.triton.modules import ALLOWED_IMPORTS, builtin_variants
+from portkern.errors import PortkernError, TargetError
+from portkern.hwprofile import load_target
+from portkern.ir import TensorSpec
+from portkern.tasks import Task
+from portkern.verify import GateOptions, verify
+
+ARCH_TARGETS = {"sm_90": "h200", "sm_80": "a100", "gfx942": "mi300x"}
+BACKENDS = {arch: get_backend(load_target(name)) for arch, name in ARCH_TARGETS.items()}
+MATRIX_KINDS = ("gemm", "bmm", "attention", "conv2d")
+SAMPLE_TRIES = 300
+
+# GPU-sized tasks: nothing runs, so shapes can be what a model has (fp32 for the tf32 variants).
+TASKS: dict[str, list[Task]] = {
+    "gemm": [synthetic.gemm_task(512, 768, 384, "float16", bias=True, activation="silu", residual=True),
+             synthetic.gemm_task(4, 1024, 768, "float32", trans_b=True, bias=True)],
+    "bmm": [synthetic.bmm_task(12, 128, 128, 64, "float16"), synthetic.bmm_task(4, 96, 80, 64, "float32")],
+    "attention": [synthetic.attention_task(2, 8, 256, 64, "float16", mask=True, causal=True),
+                  synthetic.attention_task(4, 8, 4, 128, "float16", seq_kv=4096, k_transposed=True)],
+    "conv2d": [synthetic.conv2d_task(4, 64, 28, 28, 128, 3, 3, "float16", pad=1, residual=True,
+                                     activation="relu"),
+               synthetic.conv2d_task(8, 96, 28, 28, 96, 3, 3, "float16", stride=2, pad=1, group=96)],
+    "softmax": [synthetic.softmax_task(512, 1000, "float16")],
+    "layernorm": [synthetic.layernorm_task(512, 768, "float16")],
+    "rmsnorm": [synthetic.rmsnorm_task(512, 4096, "float16")],
+    "reduce": [synthetic.reduce_task((64, 128, 96), "float16", "mean", (2,))],
+    "pool": [synthetic.pool_task(4, 64, 56, 56, "max", 3, 2, 1, "float16"),
+             synthetic.pool_task(4, 512, 7, 7, "global_avg", dtype="float16")],
+    "elementwise": [synthetic.elementwise_task((64, 768), "float16", [("mul", "in0", "in1"), ("gelu", "t0")])],
+}
+
+
+def _all_variants() -> dict[str, tuple[Variant, Task]]:
+    """Each variant (built-in and generated) with the first task it serves on the H200."""
+    found: dict[str, tuple[Variant, Task]] = {}
+    for tasks in TASKS.values():
+        for task in tasks:
+            for variant in BACKENDS["sm_90"].variants(task):
+                found.setdefault(variant.name, (variant, task))
+    return found
+
+
+SERVED = _all_variants()
+
+
+def _valid_configs(variant: Variant, task: Task, arch: str, seed: int) -> list[dict[str, Any]]:
+    """DEFAULT (or its first valid one-parameter neighbour on this target), then one sampled config."""
+    backend = BACKENDS[arch]
+
+    def valid(config: dict[str, Any]) -> bool:
+        return backend.check(Candidate.of(variant, config), task) is None
+
+    default = dict(variant.default)
+    neighbours = [{**default, name: value} for name, choices in variant.space.items() for value in choices]
+    first = next(c for c in [default, *neighbours] if valid(c))
+    rng = random.Random(seed)
+    sampled = ({name: rng.choice(choices) for name, choices in variant.space.items()} for _ in range(SAMPLE_TRIES))
+    other = next((c for c in sampled if c != first and valid(c)), None)
+    return [first] if other is None else [first, other]
+
+
+def _assert_report(report: dict[str, Any], arch: str) -> None:
+    assert report["arch"] == arch and report["kernels"]
+    binary, text = ("hsaco", "amdgcn") if arch == "gfx942" else ("cubin", "ptx")
+    for kernel in report["kernels"]:
+        assert kernel["asm"][binary] and kernel["asm"][text]
+        assert 0 < kernel["n_regs"] <= 512 and kernel["n_spills"] >= 0 and kernel["shared"] >= 0
+        assert kernel["num_warps"] >= 1 and all(g >= 1 for g in kernel["grid"])
+    if arch != "gfx942":
+        assert all(f".target {arch}" in k["asm"]["ptx"] for k in report["kernels"])
+    assert report["resources"]["n_regs"] == max(k["n_regs"] for k in report["kernels"])
+
+
+# --- registry and variant discovery ---------------------------------------------------------------
+
+def test_registry_finds_the_triton_backend() -> None:
+    backend = get_backend(load_target("h200"))
+    assert isinstance(backend, TritonBackend) and backend.name == "triton"
+    assert backend.device_kinds == {"cuda", "hip"}
+    assert isinstance(get_backend(load_target("mi300x")), TritonBackend)
+    with pytest.raises(TargetError):
+        get_backend(load_target("cpu", backend="triton"))
+
+
+def test_every_kind_has_variants_and_every_file_is_served() -> None:
+    assert set(TASKS) == {v.kind for v, _ in SERVED.values()}
+    assert {v.name for v in builtin_variants()} <= set(SERVED), "a built-in variant serves none of TASKS"
+
+
+def test_variants_are_offered_only_where_they_can_serve() -> None:
+    backend = BACKENDS["sm_90"]
+    skinny, square = TASKS["gemm"][1], TASKS["gemm"][0]
+    assert "gemm_gemv" in {v.name for v in backend.variants(skinny)}
+    assert "gemm_gemv" not in {v.name for v in backend.variants(square)}
+    # the A100 has 108 SMs: the persistent GEMM is offered with NUM_SMS one step from its default
+    assert "gemm_persistent" in {v.name for v in BACKENDS["sm_80"].variants(square)}
+    persistent = SERVED["gemm_persistent"][0]
+    reason = BACKENDS["sm_80"].check(Candidate.of(persistent, persistent.default), square)
+    assert reason is not None and "108" in reason
+
+
+def test_generic_checks_reject_impossible_launches() -> None:
+    variant, task = SERVED["gemm_tiled"]
+    backend = BACKENDS["sm_90"]
+    for change, words in (({"num_warps": 3}, "power of 2"), ({"num_warps": 64}, "power of 2"),
+                          ({"num_stages": 0}, "num_stages"),
+                          ({"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 128, "num_stages": 5}, "shared memory")):
+        reason = backend.check(Candidate.of(variant, {**variant.default, **change}), task)
+        assert reason is not None and words in reason, (change, reason)
+    reason = backend.check(Candidate.of(variant, {"BLOCK_M": 64}), task)
+    assert reason is not None and "parameters" in reason
+
+
+# --- cross-compilation ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("arch, configs", [("sm_90", 2), ("sm_80", 1)])
+@pytest.mark.parametrize("name", sorted(SERVED))
+def test_variant_cross_compiles_with_valid_configs(name: str, arch: str, configs: int) -> None:
+    variant, task = SERVED[name]
+    for config in _valid_configs(variant, task, arch, seed=len(name))[:configs]:
+        _assert_report(compile_for(Candidate.of(variant, config), task, arch), arch)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, (v, _) in SERVED.items() if v.kind in MATRIX_KINDS))
+def test_matrix_variant_builds_hsaco_for_gfx942(name: str) -> None:
+    variant, task = SERVED[name]
+    config = _valid_configs(variant, task, "gfx942", seed=0)[0]
+    _assert_report(compile_for(Candidate.of(variant, config), task, "gfx942"), "gfx942")
+
+
+def test_unknown_arch_is_a_user_error() -> None:
+    variant, task = SERVED["gemm_tiled"]
+    with pytest.raises(PortkernError, match="sm_75"):
+        compile_for(Candidate.of(variant, variant.default), task, "sm_75")
+
+
+def test_compile_gives_an_artifact_that_loads_and_runs() -> None:
+    """On CPU, compile cross-compiles for the target's arch; the artifact runs in the interpreter."""
+    backend = BACKENDS["sm_90"]
+    task = synthetic.gemm_task(20, 24, 36, "float32", bias=True, activation="relu")
+    variant = next(v for v in backend.variants(task) if v.name == "gemm_splitk")
+    config = _valid_configs(variant, task, "sm_90", seed=0)[0]
+    artifact = backend.compile(Candidate.of(variant, config), task)
+    assert artifact.binary_name == "kernels.zip" and artifact.meta["arch"] == "sm_90"
+    names = zipfile.ZipFile(io.BytesIO(artifact.binary)).namelist()
+    assert names == ["0__gemm_partial.ptx", "0__gemm_partial.cubin", "1__splitk_reduce.ptx",
+                     "1__splitk_reduce.cubin"]
+    assert [k["name"] for k in artifact.meta["kernels"]] == ["_gemm_partial", "_splitk_reduce"]
+    assert artifact.meta["n_regs"] > 0 and "asm" not in artifact.meta["kernels"][0]
+    program = backend.load(artifact, task)
+    assert verify(backend, program, task, variant.precision, GateOptions(seeds=(3,))).passed
+
+
+# --- errors ---------------------------------------------------------------------------------------
+
+_VALID = SERVED["gemm_tiled"][0].source
+
+
+@pytest.mark.parametrize("source, words", [
+    (_VALID.replace("def launch(", "def launch(:", 1), "syntax error"),
+    ("import torch\n" + _VALID, "import of 'torch'"),
+    (_VALID.replace("import math\n", "import os\n", 1), "import of 'os'"),
+])
+def test_bad_module_source_is_refused(source: str, words: str) -> None:
+    with pytest.raises(KernelSourceError, match=words):
+        variant_from_source("bad", source, "triton", "llm", ALLOWED_IMPORTS)
+    variant, task = SERVED["gemm_tiled"]
+    smuggled = Variant("bad", "gemm", "triton", source, variant.space, variant.default, "fp32", "llm")
+    with pytest.raises(CompileError, match=words):
+        BACKENDS["sm_90"].compile(Candidate.of(smuggled, variant.default), task)
+
+
+def test_triton_compiler_error_becomes_compile_error() -> None:
+    variant, task = SERVED["gemm_tiled"]
+    broken_source = variant.source.replace("acc = tl.dot(a, b, acc", "acc = tl.dot(a, tl.trans(b), acc")
+    broken = variant_from_source("broken", broken_source, "triton", "llm", ALLOWED_IMPORTS)
+    config = {**variant.default, "BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 16}
+    with pytest.raises(CompileError, match="_gemm_tiled"):
+        compile_for(Candidate.of(broken, config), task, "sm_90")
+
+
+def test_bf16_is_refused_in_the_interpreter() -> None:
+    backend = BACKENDS["sm_90"]
+    task = synthetic.gemm_task(16, 16, 16, "bfloat16")
+    variant = SERVED["gemm_tiled"][0]
+    assert backend.check(Candidate.of(variant, variant.default), task) == INTERPRETER_BF16
+    assert backend.variants(task) == []
+    with pytest.raises(InterpreterLimitError, match="bf16"):
+        backend.load(Artifact("triton", variant.name, dict(variant.default), variant.source), task)
+    # compile-only still works: bf16 is fine for the GPU
+    _assert_report(compile_for(Candidate.of(variant, variant.default), task, "sm_90"), "sm_90")
+
+
+# --- baselines, buffers, identity --------------------------------------------------------------
+
+@pytest.mark.parametrize("task", [
+    synthetic.gemm_task(7, 9, 11, "float32", trans_b=True, bias=True, activation="gelu", residual=True),
+    synthetic.bmm_task(2, 5, 6, 7, "float32"),
+    synthetic.attention_task(1, 2, 5, 8, "float32", seq_kv=7, mask=True, causal=True),
+    synthetic.conv2d_task(1, 4, 7, 7, 6, 3, 3, "float32", stride=2, pad=1, group=2, activation="silu",
+                          residual=True),
+    synthetic.softmax_task(3, 10, "float32"),
+    synthetic.layernorm_task(3, 10, "float32"),
+    synthetic.rmsnorm_task(3, 10, "float32"),
+    synthetic.reduce_task((3, 4, 5), "float32", "max", (1,), keepdims=False),
+    synthetic.pool_task(1, 2, 7, 7, "avg", 3, 2, 1),
+    synthetic.pool_task(1, 2, 7, 7, "max", 3, 2, 1),
+    synthetic.elementwise_task((4, 6), "float32", [("add", "in0", "in1"), ("tanh", "t0"), ("mul", "t1", 0.5)]),
+], ids=lambda task: task.label)
+def test_baseline_passes_the_gate(task: Task) -> None:
+    backend = BACKENDS["sm_90"]
+    program = backend.baseline(task)
+    assert program is not None
+    assert verify(backend, program, task, "fp32", GateOptions(seeds=(5,))).passed
+
+
+def test_buffers_round_trip_and_copy_in_place() -> None:
+    backend = BACKENDS["sm_90"]
+    for dtype in ("float32", "float16", ml_dtypes.bfloat16, "int64"):
+        array = (np.arange(12).reshape(3, 4) - 5).astype(dtype)
+        buffer = backend.to_device(array.T)  # non-contiguous input: the buffer is a contiguous copy
+        assert np.array_equal(backend.to_host(buffer), array.T) and backend.to_host(buffer).dtype == array.dtype
+        address = buffer.data_ptr()
+        backend.copy_into(buffer, array.T * 2)
+        assert buffer.data_ptr() == address and np.array_equal(backend.to_host(buffer), array.T * 2)
+    poisoned = backend.to_host(backend.empty(TensorSpec((2, 3), "float16"), float("nan")))
+    assert poisoned.dtype == np.float16 and np.isnan(poisoned).all()
+
+
+def test_grid_benchmark_parses_and_plans_without_a_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "ops" / "grid_matrix.py"
+    spec = importlib.util.spec_from_file_location("grid_matrix", script)
+    assert spec is not None and spec.loader is not None
+    grid = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(grid)
+    ops = "gemm:8x256x512:trans_b+bias+gelu,attention:1x2x4x64:causal,conv2d:1x8x9x9x16x3x3:pad=1+stride=2"
+    assert grid.main(["--dry-run", "--configs", "2", "--dtype", "float32", "--ops", ops]) == 0
+    plan = capsys.readouterr().out
+    assert "gemm_gemv (fp32): 2 configs" in plan and "attention_splitkv" in plan and "conv2d_implicit" in plan
+    labels = [label for label, _ in grid.parse_ops(ops, "float16")]
+    assert labels[0] == "gemm:8x256x512:trans_b+bias+gelu float16"
+    with pytest.raises(SystemExit, match="takes 3 sizes"):
+        grid.parse_ops("gemm:8x8", "float16")
+
+
+def test_time_once_and_fingerprint() -> None:
+    backend = BACKENDS["sm_90"]
+    assert backend.time_once(lambda: None) >= 0.0
+    fingerprint = backend.fingerprint()
+    assert fingerprint["device"] == "interpreter (CPU)" and fingerprint["triton"] and fingerprint["torch"]
+    assert len(backend.hash()) == 16
