@@ -14,6 +14,7 @@ serves every opset; only Softmax/LogSoftmax/Hardmax (2-D coercion before 13) loo
 """
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 import warnings
@@ -439,7 +440,9 @@ def _gather(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
     x, indices = inputs[0], inputs[1]
     assert x is not None and indices is not None
     axis = _attr(node, "axis", 0) % x.ndim
-    return [np.take(x, indices.astype(np.int64), axis=axis, mode="wrap")]
+    indices = indices.astype(np.int64)
+    # negative indices count from the end; out-of-range ones raise (never wrap silently)
+    return [np.take(x, np.where(indices < 0, indices + x.shape[axis], indices), axis=axis)]
 
 
 @_register("GatherElements")
@@ -1662,6 +1665,378 @@ def _rotary(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
     if x.ndim == 3:
         out = out.transpose(0, 2, 1, 3).reshape(x.shape)
     return [out.astype(x.dtype, copy=False)]
+
+
+# --------------------------------------------------------------------------- recurrent
+
+RNN_ACTIVATIONS: dict[str, Callable[[np.ndarray, float, float], np.ndarray]] = {
+    "Tanh": lambda x, a, b: np.tanh(x), "Sigmoid": lambda x, a, b: _sigmoid(x),
+    "Relu": lambda x, a, b: np.maximum(x, 0), "Affine": lambda x, a, b: a * x + b,
+    "LeakyRelu": lambda x, a, b: np.where(x >= 0, x, a * x),
+    "ThresholdedRelu": lambda x, a, b: np.where(x > a, x, 0),
+    "ScaledTanh": lambda x, a, b: a * np.tanh(b * x),
+    "HardSigmoid": lambda x, a, b: np.clip(a * x + b, 0, 1),
+    "Elu": lambda x, a, b: np.where(x >= 0, x, a * np.expm1(np.minimum(x, 0))),
+    "Softsign": lambda x, a, b: x / (1 + np.abs(x)), "Softplus": lambda x, a, b: np.logaddexp(0, x),
+}
+_ACTIVATION_DEFAULT_ALPHA = {"LeakyRelu": 0.01, "HardSigmoid": 0.2, "Elu": 1.0,
+                             "ThresholdedRelu": 1.0, "ScaledTanh": 1.0, "Affine": 1.0}
+
+
+def _bound_activation(fn: Callable[[np.ndarray, float, float], np.ndarray], alpha: float,
+                      beta: float) -> Callable[[np.ndarray], np.ndarray]:
+    return lambda x: fn(x, alpha, beta)
+
+
+def _rnn_activations(node: Node, directions: int) -> list[list[Callable[[np.ndarray], np.ndarray]]]:
+    """Per direction, the activation functions with their alpha/beta bound."""
+    _, default, _ = RNN_KINDS[node.op_type]
+    names = list(_attr(node, "activations", list(default) * directions))
+    alphas, betas = list(_attr(node, "activation_alpha", [])), list(_attr(node, "activation_beta", []))
+    bound: list[Callable[[np.ndarray], np.ndarray]] = []
+    for i, name in enumerate(names):
+        alpha = alphas[i] if i < len(alphas) else _ACTIVATION_DEFAULT_ALPHA.get(name, 0.0)
+        beta = betas[i] if i < len(betas) else (0.5 if name == "HardSigmoid" else 0.0)
+        bound.append(_bound_activation(RNN_ACTIVATIONS[name], alpha, beta))
+    per = len(default)
+    return [bound[d * per:(d + 1) * per] for d in range(directions)]
+
+
+Cell = Callable[[Node, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                  "np.ndarray | None", list[Callable[[np.ndarray], np.ndarray]]],
+                 tuple[np.ndarray, np.ndarray]]
+
+
+def _clipped(node: Node, value: np.ndarray) -> np.ndarray:
+    clip = _attr(node, "clip", None)
+    return np.clip(value, -clip, clip) if clip is not None else value
+
+
+def _rnn_cell(node: Node, gates_x: np.ndarray, hidden: np.ndarray, cell: np.ndarray,
+              r: np.ndarray, rb: np.ndarray, peep: np.ndarray | None,
+              act: list[Callable[[np.ndarray], np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    return act[0](_clipped(node, gates_x + hidden @ r.T + rb)), cell
+
+
+def _gru_cell(node: Node, gates_x: np.ndarray, hidden: np.ndarray, cell: np.ndarray,
+              r: np.ndarray, rb: np.ndarray, peep: np.ndarray | None,
+              act: list[Callable[[np.ndarray], np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Gates update (z), reset (r), candidate (h) in that order."""
+    size = hidden.shape[-1]
+    z_r = _clipped(node, gates_x[:, :2 * size] + hidden @ r[:2 * size].T + rb[:2 * size])
+    update, reset = act[0](z_r[:, :size]), act[0](z_r[:, size:])
+    r_h, rb_h = r[2 * size:], rb[2 * size:]
+    if _attr(node, "linear_before_reset", 0):
+        candidate = gates_x[:, 2 * size:] + reset * (hidden @ r_h.T + rb_h)
+    else:
+        candidate = gates_x[:, 2 * size:] + (reset * hidden) @ r_h.T + rb_h
+    new = act[1](_clipped(node, candidate))
+    return (1 - update) * new + update * hidden, cell
+
+
+def _lstm_cell(node: Node, gates_x: np.ndarray, hidden: np.ndarray, cell: np.ndarray,
+               r: np.ndarray, rb: np.ndarray, peep: np.ndarray | None,
+               act: list[Callable[[np.ndarray], np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Gates input, output, forget, cell in that order; peepholes input, output, forget."""
+    size = hidden.shape[-1]
+    gates = gates_x + hidden @ r.T + rb
+    i_pre, o_pre, f_pre, c_pre = (gates[:, k * size:(k + 1) * size] for k in range(4))
+    if peep is not None:
+        i_pre = i_pre + peep[:size] * cell
+        f_pre = f_pre + peep[2 * size:] * cell
+    i_gate, f_gate = act[0](_clipped(node, i_pre)), act[0](_clipped(node, f_pre))
+    if _attr(node, "input_forget", 0):
+        f_gate = 1 - i_gate
+    new_cell = f_gate * cell + i_gate * act[1](_clipped(node, c_pre))
+    if peep is not None:
+        o_pre = o_pre + peep[size:2 * size] * new_cell
+    return act[0](_clipped(node, o_pre)) * act[2](new_cell), new_cell
+
+
+# per op: gates per hidden unit (rows of W), default activations of one direction, the cell
+RNN_KINDS: dict[str, tuple[int, tuple[str, ...], Cell]] = {
+    "RNN": (1, ("Tanh",), _rnn_cell),
+    "GRU": (3, ("Sigmoid", "Tanh"), _gru_cell),
+    "LSTM": (4, ("Sigmoid", "Tanh", "Tanh"), _lstm_cell),
+}
+
+
+@_register("RNN", "GRU", "LSTM")
+def _recurrent(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
+    """The whole sequence, step by step, per direction; padded steps keep the state and emit 0."""
+    x, w, r = inputs[0], inputs[1], inputs[2]
+    assert x is not None and w is not None and r is not None
+    bias, lengths, init_h, init_c, peep = (_opt(inputs, i) for i in range(3, 8))
+    batchwise = _attr(node, "layout", 0) == 1
+    seq = np.swapaxes(x, 0, 1) if batchwise else x  # (S, B, I)
+    steps, batch = seq.shape[:2]
+    directions, size = w.shape[0], r.shape[-1]
+    gates, _, cell_step = RNN_KINDS[node.op_type]
+    lengths_array = np.full(batch, steps) if lengths is None else lengths.astype(np.int64)
+    activations = _rnn_activations(node, directions)
+    reverse_only = _attr(node, "direction", "forward") == "reverse"
+    ys, last_h, last_c = [], [], []
+    for d in range(directions):
+        wb = np.zeros(gates * size, x.dtype) if bias is None else bias[d, :gates * size]
+        rb = np.zeros(gates * size, x.dtype) if bias is None else bias[d, gates * size:]
+        h = np.zeros((batch, size), x.dtype) if init_h is None else (
+            np.swapaxes(init_h, 0, 1) if batchwise else init_h)[d]
+        c = np.zeros((batch, size), x.dtype) if init_c is None else (
+            np.swapaxes(init_c, 0, 1) if batchwise else init_c)[d]
+        out = np.zeros((steps, batch, size), x.dtype)
+        backward = reverse_only or d == 1
+        for t in range(steps):
+            live = (t < lengths_array)[:, None]
+            # a backward pass walks each sequence from its own last valid step
+            index = np.where(lengths_array > t, lengths_array - 1 - t, 0) if backward \
+                else np.full(batch, t)
+            step_x = seq[index, np.arange(batch)] @ w[d].T + wb
+            new_h, new_c = cell_step(node, step_x, h, c, r[d], rb,
+                                     None if peep is None else peep[d], activations[d])
+            h, c = np.where(live, new_h, h), np.where(live, new_c, c)
+            out[index, np.arange(batch)] = np.where(live, h, out[index, np.arange(batch)])
+        ys.append(out)
+        last_h.append(h)
+        last_c.append(c)
+    y = np.stack(ys, axis=1)  # (S, D, B, H)
+    y_h, y_c = np.stack(last_h), np.stack(last_c)
+    if batchwise:
+        y, y_h, y_c = y.transpose(2, 0, 1, 3), np.swapaxes(y_h, 0, 1), np.swapaxes(y_c, 0, 1)
+    return [y.astype(x.dtype), y_h.astype(x.dtype), y_c.astype(x.dtype)]
+
+
+# --------------------------------------------------------------------------- spectral
+
+def _as_complex(x: np.ndarray) -> np.ndarray:
+    """ONNX's [..., 1] real or [..., 2] (real, imag) layout as a numpy complex array."""
+    return x[..., 0] if x.shape[-1] == 1 else x[..., 0] + 1j * x[..., 1]
+
+
+def _from_complex(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    return np.stack([values.real, values.imag], axis=-1).astype(dtype)
+
+
+@_register("DFT")
+def _dft(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
+    x = inputs[0]
+    assert x is not None
+    length_value, axis_value = _opt(inputs, 1), _opt(inputs, 2)
+    axis = int(axis_value.reshape(-1)[0]) if axis_value is not None else _attr(node, "axis", 1)
+    axis = axis % x.ndim  # counted on the input, whose last dim holds (real, imag)
+    length = None if length_value is None else int(length_value.reshape(-1)[0])
+    signal = _as_complex(x.astype(_compute_dtype(x)))  # numpy's FFT keeps single precision
+    inverse, onesided = _attr(node, "inverse", 0), _attr(node, "onesided", 0)
+    if inverse and onesided:
+        real = np.fft.irfft(signal, n=length, axis=axis)
+        return [real[..., None].astype(x.dtype)]
+    if onesided:
+        return [_from_complex(np.fft.rfft(signal.real, n=length, axis=axis), x.dtype)]
+    transform = np.fft.ifft if inverse else np.fft.fft
+    return [_from_complex(transform(signal, n=length, axis=axis), x.dtype)]
+
+
+@_register("STFT")
+def _stft(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
+    signal, step_value = inputs[0], inputs[1]
+    assert signal is not None and step_value is not None
+    window, length_value = _opt(inputs, 2), _opt(inputs, 3)
+    samples = _as_complex(signal.astype(_compute_dtype(signal)))  # (B, L)
+    if length_value is not None:
+        frame = int(length_value.reshape(-1)[0])
+    else:
+        frame = samples.shape[1] if window is None else window.shape[0]
+    step = int(step_value.reshape(-1)[0])
+    count = (samples.shape[1] - frame) // step + 1
+    starts = np.arange(count) * step
+    frames = samples[:, starts[:, None] + np.arange(frame)[None, :]]  # (B, frames, frame)
+    if window is not None:
+        frames = frames * window.astype(samples.real.dtype)
+    onesided = _attr(node, "onesided", 1) and signal.shape[-1] == 1
+    spectrum = np.fft.rfft(frames.real, axis=-1) if onesided else np.fft.fft(frames, axis=-1)
+    return [_from_complex(spectrum, signal.dtype)]
+
+
+# --------------------------------------------------------------------------- sampling grids
+
+def _normalized_positions(size: int, align_corners: bool) -> np.ndarray:
+    """Pixel positions in [-1, 1]: pixel centres at the ends (align_corners) or pixel edges."""
+    if align_corners:
+        return np.linspace(-1, 1, size) if size > 1 else np.zeros(1)
+    return (np.arange(size) * 2 + 1) / size - 1
+
+
+@_register("AffineGrid")
+def _affine_grid(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
+    theta, size_value = inputs[0], inputs[1]
+    assert theta is not None and size_value is not None
+    spatial = _ints(size_value)[2:]  # (H, W) or (D, H, W)
+    align = bool(_attr(node, "align_corners", 0))
+    axes = [_normalized_positions(n, align) for n in spatial]
+    # homogeneous positions ordered (x, y[, z], 1): x runs along the last spatial dim
+    mesh = np.meshgrid(*axes, indexing="ij")
+    points = np.stack(list(mesh[::-1]) + [np.ones_like(mesh[0])], axis=-1)
+    grid = np.einsum("...k,nik->n...i", points, theta.astype(np.float64))
+    return [grid.astype(theta.dtype)]
+
+
+def _reflect(coord: np.ndarray, low: float, high: float) -> np.ndarray:
+    """Fold coordinates back into [low, high] by repeated reflection at the borders."""
+    span = high - low
+    if span <= 0:
+        return np.zeros_like(coord)
+    folded = np.abs(coord - low) % (2 * span)
+    return low + np.where(folded > span, 2 * span - folded, folded)
+
+
+def _grid_taps(node: Node, coord: np.ndarray, size: int
+               ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """For one spatial dim: (index, weight) pairs whose weighted sum interpolates at coord."""
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(_attr(node, "mode", "linear"),
+                                                          _attr(node, "mode", "linear"))
+    padding = _attr(node, "padding_mode", "zeros")
+    align = _attr(node, "align_corners", 0)
+    low, high = (0.0, size - 1.0) if align else (-0.5, size - 0.5)
+
+    def bounded(position: np.ndarray) -> np.ndarray:
+        if padding == "border":
+            return np.clip(position, 0, size - 1)
+        if padding == "reflection":
+            return np.clip(_reflect(position, low, high), 0, size - 1)
+        return position
+
+    if mode == "nearest":
+        return [(np.rint(bounded(coord)), np.ones_like(coord))]
+    if mode == "linear":
+        coord = bounded(coord)
+        base = np.floor(coord)
+        return [(base, 1 - (coord - base)), (base + 1, coord - base)]
+    base = np.floor(coord)  # cubic: each of the four taps is bounded on its own
+    return [(bounded(base + k), _cubic_kernel(coord - (base + k), -0.75)) for k in (-1, 0, 1, 2)]
+
+
+@_register("GridSample")
+def _grid_sample(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
+    """Sum over every combination of per-dim taps; taps outside the input read zero."""
+    x, grid = inputs[0], inputs[1]
+    assert x is not None and grid is not None
+    spatial = x.shape[2:]
+    align = _attr(node, "align_corners", 0)
+    per_dim = []
+    for dim, size in enumerate(spatial):
+        normalized = grid[..., len(spatial) - 1 - dim].astype(np.float64)  # grid is (x, y, ...)
+        coord = (normalized + 1) / 2 * (size - 1) if align else ((normalized + 1) * size - 1) / 2
+        per_dim.append(_grid_taps(node, coord, size))
+    n, c = x.shape[:2]
+    out = np.zeros((n, c) + grid.shape[1:-1])
+    batch = np.arange(n).reshape((n,) + (1,) * (grid.ndim - 2))
+    channels_last = np.moveaxis(x.astype(np.float64), 1, -1)  # (N, *spatial, C)
+    for combo in itertools.product(*per_dim):
+        weight = np.prod([w for _, w in combo], axis=0)
+        valid = np.all([(i >= 0) & (i <= size - 1) for (i, _), size in zip(combo, spatial)], axis=0)
+        index = tuple(np.clip(i, 0, size - 1).astype(np.int64) for (i, _), size in zip(combo, spatial))
+        picked = np.moveaxis(channels_last[(batch,) + index], -1, 1)  # (N, C, *out)
+        out += picked * np.where(valid, weight, 0)[:, None]
+    return [out.astype(x.dtype)]
+
+
+# --------------------------------------------------------------------------- detection, sequence mixers
+
+def _corners(boxes: np.ndarray, center_point: bool) -> np.ndarray:
+    """(..., 4) boxes as (y_min, x_min, y_max, x_max)."""
+    if center_point:
+        x, y, w, h = (boxes[..., i] for i in range(4))
+        return np.stack([y - h / 2, x - w / 2, y + h / 2, x + w / 2], axis=-1)
+    y1, x1, y2, x2 = (boxes[..., i] for i in range(4))
+    return np.stack([np.minimum(y1, y2), np.minimum(x1, x2), np.maximum(y1, y2),
+                     np.maximum(x1, x2)], axis=-1)
+
+
+def _iou(box: np.ndarray, others: np.ndarray) -> np.ndarray:
+    low = np.maximum(box[:2], others[:, :2])
+    high = np.minimum(box[2:], others[:, 2:])
+    inter = np.prod(np.clip(high - low, 0, None), axis=1)
+    area = np.prod(box[2:] - box[:2])
+    areas = np.prod(others[:, 2:] - others[:, :2], axis=1)
+    union = area + areas - inter
+    return np.where(union > 0, inter / np.where(union > 0, union, 1), 0)
+
+
+@_register("NonMaxSuppression")
+def _nms(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
+    """Greedy per batch and class: best score first, drop boxes with IoU > threshold."""
+    boxes, scores = inputs[0], inputs[1]
+    assert boxes is not None and scores is not None
+    limit_value, iou_value, score_value = (_opt(inputs, i) for i in (2, 3, 4))
+    limit = 0 if limit_value is None or limit_value.size == 0 else int(limit_value.reshape(-1)[0])
+    iou_limit = 0.0 if iou_value is None or iou_value.size == 0 else float(iou_value.reshape(-1)[0])
+    floor = None if score_value is None or score_value.size == 0 else float(score_value.reshape(-1)[0])
+    corners = _corners(boxes.astype(np.float64), bool(_attr(node, "center_point_box", 0)))
+    selected: list[tuple[int, int, int]] = []
+    for batch, klass in itertools.product(range(scores.shape[0]), range(scores.shape[1])):
+        class_scores = scores[batch, klass]
+        order = [int(i) for i in np.argsort(-class_scores, kind="stable")
+                 if floor is None or class_scores[i] > floor]
+        kept: list[int] = []
+        for candidate in order:
+            if len(kept) >= limit:
+                break
+            if not kept or np.all(_iou(corners[batch, candidate], corners[batch, kept]) <= iou_limit):
+                kept.append(candidate)
+        selected += [(batch, klass, box) for box in kept]
+    return [np.array(selected, dtype=np.int64).reshape(-1, 3)]
+
+
+@_register("CausalConvWithState")
+def _causal_conv(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
+    """Depthwise causal 1-D conv over [carried state | input]; returns output and new state."""
+    x, w = inputs[0], inputs[1]
+    assert x is not None and w is not None
+    bias, past = _opt(inputs, 2), _opt(inputs, 3)
+    taps = w.shape[-1]
+    carry = np.zeros(x.shape[:2] + (taps - 1,), x.dtype) if past is None else past
+    padded = np.concatenate([carry, x], axis=-1)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, taps, axis=-1)  # (B, C, L, k)
+    out = np.einsum("bclk,ck->bcl", windows, w[:, 0])
+    if bias is not None:
+        out = out + bias[:, None]
+    if _attr(node, "activation", "none") in ("silu", "swish"):
+        out = out * _sigmoid(out)
+    return [out.astype(x.dtype), np.ascontiguousarray(padded[..., padded.shape[-1] - (taps - 1):])]
+
+
+@_register("LinearAttention")
+def _linear_attention(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
+    """The recurrence token by token: state (B, H_kv, d_k, d_v), read by every query head."""
+    q, k, v = inputs[0], inputs[1], inputs[2]
+    assert q is not None and k is not None and v is not None
+    past, decay, beta = _opt(inputs, 3), _opt(inputs, 4), _opt(inputs, 5)
+    q_heads, kv_heads = _attr(node, "q_num_heads"), _attr(node, "kv_num_heads")
+    batch, steps = q.shape[:2]
+    work = _compute_dtype(q, k, v)
+    queries = q.reshape(batch, steps, q_heads, -1).astype(work)
+    keys = k.reshape(batch, steps, kv_heads, -1).astype(work)
+    values = v.reshape(batch, steps, kv_heads, -1).astype(work)
+    d_k, d_v = keys.shape[-1], values.shape[-1]
+    scale = _attr(node, "scale", 0.0) or 1 / math.sqrt(d_k)
+    state = (np.zeros((batch, kv_heads, d_k, d_v), work) if past is None else past.astype(work))
+    rule = _attr(node, "update_rule", "gated_delta")
+    outputs = []
+    for t in range(steps):
+        if rule in ("gated", "gated_delta"):
+            assert decay is not None
+            gate = np.exp(decay[:, t].astype(work)).reshape(batch, kv_heads, -1, 1)
+            state = gate * state
+        outer_value = values[:, t]
+        if rule in ("delta", "gated_delta"):
+            assert beta is not None
+            rate = np.broadcast_to(beta[:, t].astype(work), (batch, kv_heads))[..., None]
+            recalled = np.einsum("bhkv,bhk->bhv", state, keys[:, t])
+            outer_value = rate * (outer_value - recalled)
+        state = state + np.einsum("bhk,bhv->bhkv", keys[:, t], outer_value)
+        shared = np.repeat(state, q_heads // kv_heads, axis=1)
+        outputs.append(scale * np.einsum("bhk,bhkv->bhv", queries[:, t], shared))
+    out = np.stack(outputs, axis=1).reshape(batch, steps, -1)
+    return [out.astype(q.dtype), state.astype(q.dtype)]
 
 
 # --------------------------------------------------------------------------- running

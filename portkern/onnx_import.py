@@ -84,7 +84,9 @@ def _read(model: str | Path | bytes | onnx.ModelProto) -> tuple[onnx.ModelProto,
     try:
         proto.ParseFromString(data)
     except (DecodeError, RuntimeError, ValueError) as exc:
-        raise ModelError(f"{source} is not a readable ONNX model (corrupt or truncated: {exc})")
+        reason = (str(exc).splitlines() or ["parse error"])[0]
+        raise ModelError(f"{source} is not a readable ONNX model (corrupt or truncated: {reason})"
+                         ) from exc
     if not proto.HasField("graph") or not proto.opset_import or not proto.graph.node:
         raise ModelError(f"{source} is not an ONNX model (no graph, nodes or opset)")
     if base_dir is not None and any(
@@ -170,6 +172,9 @@ def _bind_inputs(runtime_inputs: list[onnx.ValueInfoProto],
                     named.setdefault(dim, int(size))
     bound: dict[str, tuple[int, ...]] = {}
     for vi in runtime_inputs:
+        if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.elem_type:
+            raise ModelError(f"input '{vi.name}' is not a tensor (sequence/map/optional inputs "
+                             "are not supported)")
         dims = _dims(vi)
         given = shapes.get(vi.name)
         if given is not None:

@@ -296,6 +296,7 @@ def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, 
         total.records += found.records
         total.measured += found.measured
         total.duplicates += found.duplicates
+        total.invalid += found.invalid
         total.stop_reason = found.stop_reason
         if found.best is not None and found.best.seconds is not None and (
                 total.best is None or found.best.seconds < (total.best.seconds or float("inf"))):

@@ -17,7 +17,7 @@ ort = pytest.importorskip("onnxruntime")
 ort.set_default_logger_severity(3)
 
 FP32_TOLERANCE = 1e-4  # relative L2 error against onnxruntime
-DEFAULT_ZOO = ("squeezenet", "shufflenet", "resnet50")
+DEFAULT_ZOO = ("squeezenet", "shufflenet", "resnet50", "inception_v1")
 
 
 def _rel_l2(out: np.ndarray, ref: np.ndarray) -> float:

@@ -68,6 +68,8 @@ GATE_CASES: list[tuple[str, Callable[[], Task], dict[str, Any]]] = [
     ("gemm-fp32-gelu-bias-residual",
      lambda: gemm_task(37, 45, 29, "float32", activation="gelu", bias=True, residual=True),
      {"BLOCK_M": 64, "BLOCK_N": 128}),
+    ("gemm-fp16-gelu-bias-residual",
+     lambda: gemm_task(37, 45, 29, "float16", activation="gelu", bias=True, residual=True), {"BLOCK_M": 64}),
     ("gemm-fp32-batched-silu", lambda: gemm_task(20, 33, 17, "float32", activation="silu", batch=(2,)),
      {"BLOCK_M": 64, "BLOCK_N": 128}),
     ("gemm-fp16-tanh-residual", lambda: gemm_task(20, 33, 17, "float16", activation="tanh", residual=True),
@@ -269,9 +271,11 @@ def _best_modeled(npu: NpuBackend, task: Task) -> tuple[float, dict[str, Any]]:
 @pytest.mark.parametrize("make_task", [
     lambda: gemm_task(4096, 3072, 768, "float16"),
     lambda: gemm_task(4096, 3072, 768, "float16", bias=True),
+    lambda: gemm_task(4096, 3072, 768, "float16", bias=True, activation="gelu"),
     lambda: layernorm_task(4096, 768, "float16"),
     lambda: layernorm_task(4096, 768, "float32"),
-], ids=["bert-gemm-fp16", "bert-gemm-bias-fp16", "bert-layernorm-fp16", "bert-layernorm-fp32"])
+], ids=["bert-gemm-fp16", "bert-gemm-bias-fp16", "bert-ffn-gemm-bias-gelu-fp16", "bert-layernorm-fp16",
+        "bert-layernorm-fp32"])
 def test_bert_shapes_modeled_fraction_of_roofline(npu: NpuBackend, make_task: Callable[[], Task]) -> None:
     task = make_task()
     seconds, config = _best_modeled(npu, task)

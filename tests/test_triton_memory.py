@@ -22,7 +22,7 @@ from triton.runtime.jit import JITFunction
 from portkern import synthetic
 from portkern.backends.base import Variant
 from portkern.backends.triton import codegen
-from portkern.backends.triton.modules import builtin_variants, kernel_module
+from portkern.backends.triton.modules import builtin_variants, kernel_module, scratch_specs
 from portkern.hwprofile import load_target
 from portkern.ir import TensorSpec
 from portkern.partition import evaluate_expr
@@ -52,6 +52,7 @@ REDUCE_CASES = (
     (((2, 3, 4), "min", (), False), {"reduce_rows", "reduce_strided"}),
     (((9, 13), "sum", (0,), False), {"reduce_strided"}),
     (((3, 17, 5), "mean", (1,), True), {"reduce_strided"}),
+    (((300, 37), "mean", (0,), False), {"reduce_strided"}),
 )
 POOL_CASES = (
     ((2, 3, 7, 7, "max", 3, 2, 1), {"pool_window"}),
@@ -106,9 +107,10 @@ def _random_inputs(task: Task, rng: np.random.Generator, scale: float = 1.0) -> 
 
 def _run(variant: Variant, task: Task, config: dict[str, Any], inputs: Sequence[np.ndarray]) -> np.ndarray:
     module = kernel_module(variant, interpret=not ON_GPU)
-    output = torch.full(task.outputs[0].shape, float("nan"), dtype=getattr(torch, task.outputs[0].dtype),
-                        device=DEVICE)
-    module.launch(task, config, [torch.from_numpy(np.ascontiguousarray(x)).to(DEVICE) for x in inputs], [output])
+    output, *scratch = [torch.full(spec.shape, float("nan"), dtype=getattr(torch, spec.dtype), device=DEVICE)
+                        for spec in [task.outputs[0], *scratch_specs(module, task, config)]]
+    module.launch(task, config, [torch.from_numpy(np.ascontiguousarray(x)).to(DEVICE) for x in inputs],
+                  [output, *scratch])
     return output.cpu().numpy()
 
 
@@ -173,6 +175,15 @@ def test_looped_layernorm_keeps_precision_with_a_large_mean() -> None:
     for name in ("layernorm_onepass", "layernorm_looped"):
         got = _run(VARIANTS[name], task, dict(VARIANTS[name].default), inputs)
         assert _relative_error(got, task.reference(inputs)[0]) < 2e-4, name
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "max", "min"])
+def test_split_column_reduction_combines_partials(op: str) -> None:
+    """SPLIT > 1: partial results per split in scratch, combined by the second kernel (mean divides once)."""
+    variant = VARIANTS["reduce_strided"]
+    task = synthetic.reduce_task((333, 3, 21), "float32", op, (0,), False)
+    for split in (8, 32):
+        _check(variant, task, {"BLOCK_R": 4, "BLOCK_I": 16, "SPLIT": split, "num_warps": 2}, seed=split)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -55,7 +55,7 @@ def test_tune_pack_run(tmp_path: Path) -> None:
     assert tuned and all(o.result.measured >= 1 for o in tuned)
     # every trial of the run is on the record, with its status
     records = list(RecordLog(report.work_dir / "records.jsonl"))
-    assert len(records) == sum(o.result.measured for o in tuned)
+    assert len(records) == sum(o.result.measured + o.result.invalid for o in tuned)
     assert all(r.status in ("ok", "invalid", "compile_error", "runtime_error", "timeout", "rejected") for r in records)
     pack = portkern.load_pack(tmp_path / "small.pkpack")
     kept = [o for o in report.outcomes if o.status == "kept"]

@@ -169,6 +169,9 @@ def test_variants_and_identity(backend: TvmBackend) -> None:
     assert "KIND = \"gemm\"" in variant.source
     assert backend.variants(synthetic.gemm_task(8, 8, 8, "float16")) == []
     assert backend.variants(synthetic.rmsnorm_task(4, 8)) == []
+    import tvm
+
+    assert tvm.runtime.num_threads() == backend.target.profile.cores  # not TVM's halved default
     fingerprint = backend.fingerprint()
     assert fingerprint["tvm"].startswith("0.27") and "llvm" in fingerprint["llvm_target"]
     assert fingerprint["cpu"]

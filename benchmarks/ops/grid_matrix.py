@@ -47,6 +47,7 @@ DEFAULT_OPS = ",".join([
     "attention:4x16x2048x128",
     "attention:4x16x2048x128:causal",
     "attention:8x12x512x64:mask",
+    "attention:16x32x1x128:kv=8192",         # one decoding step over an 8k cache
     "conv2d:32x64x56x56x64x3x3:pad=1+relu",  # ResNet-50 stage 1
     "conv2d:32x256x14x14x256x3x3:pad=1",
 ])
@@ -65,8 +66,8 @@ def build_task(kind: str, dims: Sequence[int], flags: dict[str, str], dtype: str
     if kind == "bmm":
         return synthetic.bmm_task(*dims, dtype)
     if kind == "attention":
-        return synthetic.attention_task(*dims, dtype, mask="mask" in on, causal="causal" in on,
-                                        k_transposed="k_transposed" in on)
+        return synthetic.attention_task(*dims, dtype, seq_kv=int(flags["kv"]) if "kv" in flags else None,
+                                        mask="mask" in on, causal="causal" in on, k_transposed="k_transposed" in on)
     activation = next((a for a in ("relu", "silu", "sigmoid", "tanh") if a in on), "none")
     return synthetic.conv2d_task(*dims, dtype, stride=int(flags.get("stride", 1)), pad=int(flags.get("pad", 0)),
                                  dilation=int(flags.get("dilation", 1)), group=int(flags.get("group", 1)),
@@ -74,7 +75,9 @@ def build_task(kind: str, dims: Sequence[int], flags: dict[str, str], dtype: str
 
 
 def parse_ops(text: str, dtype: str) -> list[tuple[str, Task]]:
-    """'kind:SIZES[:flag+key=value]' entries joined by commas -> (label, task)."""
+    """'kind:SIZES[:flag+key=value]' entries joined by commas -> (label, task). Flags: bias, residual,
+    trans_b and an activation for gemm; mask, causal, k_transposed, kv=SEQ_KV for attention;
+    stride=, pad=, dilation=, group=, residual and an activation for conv2d."""
     found = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         kind, _, rest = item.partition(":")

@@ -28,7 +28,7 @@ import triton
 
 from portkern.backends.base import Variant
 from portkern.backends.triton import codegen
-from portkern.backends.triton.modules import builtin_variants, kernel_module, torch_dtype
+from portkern.backends.triton.modules import builtin_variants, kernel_module, scratch_specs, torch_dtype
 from portkern.hwprofile import Target, load_target
 from portkern.synthetic import elementwise_task, layernorm_task, reduce_task, rmsnorm_task, softmax_task
 from portkern.tasks import Task
@@ -138,8 +138,11 @@ def bench_op(label: str, task: Task, reference: Torch, target: Target, limit: in
     for variant in variants_for(task):
         module = kernel_module(variant, interpret=False)
         for config in config_grid(variant, task, target, limit, seed):
+            buffers = [output] + [torch.empty(spec.shape, dtype=torch_dtype(spec.dtype), device="cuda")
+                                  for spec in scratch_specs(module, task, config)]
+
             def launch() -> None:
-                module.launch(task, config, inputs, [output])
+                module.launch(task, config, inputs, buffers)
             try:
                 output.fill_(float("nan"))
                 launch()

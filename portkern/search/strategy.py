@@ -54,6 +54,7 @@ class SearchResult:
     records: list[TrialRecord] = field(default_factory=list)
     measured: int = 0
     duplicates: int = 0
+    invalid: int = 0  # rejected by constraints before compiling: cheap, not charged to the budget
     stop_reason: str = ""
     wall_seconds: float = 0.0
 
@@ -180,9 +181,12 @@ def search_workload(task: Task, variants: Sequence[Variant], runner: Runner, *, 
         if since_gain >= options.patience:
             result.stop_reason = f"no gain in {options.patience} trials"
             break
-        if consecutive_duplicates >= options.max_duplicates or result.duplicates + result.measured >= \
-                space_size(variants) + options.max_duplicates:
+        if consecutive_duplicates >= options.max_duplicates or result.duplicates + result.measured + \
+                result.invalid >= space_size(variants) + options.max_duplicates:
             result.stop_reason = "space exhausted"
+            break
+        if result.invalid >= max(50, 4 * options.trials):
+            result.stop_reason = "the space is mostly invalid for this task"
             break
         trial = study.ask()
         variant = by_name[trial.suggest_categorical("variant", names)]
@@ -208,6 +212,9 @@ def search_workload(task: Task, variants: Sequence[Variant], runner: Runner, *, 
         study.tell(trial, _value(record))
         known[key] = record
         result.records.append(record)
+        if record.status == "invalid":
+            result.invalid += 1
+            continue
         result.measured += 1
         if _better(record, result.best):
             result.best = record

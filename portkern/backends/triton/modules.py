@@ -219,14 +219,11 @@ class Launch:
 class _Recorder:
     kernel: Any
     launches: list[Launch] = field(default_factory=list)
-    forward: bool = False
 
     def __getitem__(self, grid: Any) -> Callable[..., None]:
         def call(*args: Any, **kwargs: Any) -> None:
             launch = Launch(self.kernel, (), args, kwargs)
             launch.grid = _grid_tuple(grid(launch.bound()) if callable(grid) else grid)
-            if self.forward:
-                launch.compiled = self.kernel[grid](*args, **kwargs)
             self.launches.append(launch)
         return call
 
@@ -250,10 +247,34 @@ def record_launches(module: types.ModuleType, run: Callable[[], None], forward: 
     originals = {name: value for name, value in namespace.items() if _is_kernel(value)}
     launches: list[Launch] = []
     with _MODE_LOCK:
+        if forward:
+            # the GPU JIT hashes the globals a kernel body reads (helper @jit functions among them):
+            # they must stay real JITFunctions, so launches are recorded at each kernel's run()
+            for kernel in originals.values():
+                kernel.run = _recording_run(kernel, launches)
+            try:
+                run()
+            finally:
+                for kernel in originals.values():
+                    vars(kernel).pop("run", None)
+            return launches
         for name, kernel in originals.items():
-            namespace[name] = _Recorder(kernel, launches, forward)
+            namespace[name] = _Recorder(kernel, launches)
         try:
             run()
         finally:
             namespace.update(originals)
     return launches
+
+
+def _recording_run(kernel: Any, launches: list[Launch]) -> Callable[..., Any]:
+    """kernel[grid](...) calls kernel.run(..., grid=, warmup=): record the launch, then run it."""
+    original = type(kernel).run.__get__(kernel)
+
+    def run(*args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+        launch = Launch(kernel, (), args, kwargs)
+        launch.grid = _grid_tuple(grid(launch.bound()) if callable(grid) else grid)
+        launch.compiled = original(*args, grid=grid, warmup=warmup, **kwargs)
+        launches.append(launch)
+        return launch.compiled
+    return run

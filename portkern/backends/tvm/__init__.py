@@ -9,6 +9,7 @@ subgraph, run on the same buffers by pointer (ort_subgraph.OrtProgram).
 from __future__ import annotations
 
 import inspect
+import os
 import platform
 import tempfile
 import time
@@ -48,6 +49,21 @@ def _variant_name(template: types.ModuleType) -> str:
     return f"tvm_{template.__name__.rsplit('.', 1)[-1]}"
 
 
+# runtime.config_threadpool's AffinityMode: worker i pinned to the i-th listed CPU
+_ONE_CORE_PER_THREAD = -2
+
+
+def _use_cores(cores: int) -> None:
+    """Run parallel loops on exactly `cores` threads, one per CPU this process may use.
+
+    TVM's default halves the logical CPU count on x86 (it assumes hyper-threads), so on a 2-core
+    host every parallel loop would run on one thread. Measured on this host under load, pinned
+    threads (median 1.9-3.8 ms on a ResNet 3x3 conv) beat threads sharing all cores (3.9 ms).
+    """
+    cpus = sorted(os.sched_getaffinity(0))[:cores] if hasattr(os, "sched_getaffinity") else list(range(cores))
+    get_global_func("runtime.config_threadpool")(_ONE_CORE_PER_THREAD, len(cpus), [str(c) for c in cpus])
+
+
 def _host_cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -67,6 +83,7 @@ class TvmBackend(Backend):
     def __init__(self, target: Target) -> None:
         super().__init__(target)
         self.device = tvm.cpu(0)
+        _use_cores(target.profile.cores)
         self._by_source = {source: template for template, source in SOURCES.items()}
 
     @cached_property
