@@ -20,7 +20,7 @@ import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -987,9 +987,20 @@ def _conv_transpose(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
 
 # --------------------------------------------------------------------------- pooling
 
-def _pool_geometry(node: Node, x: np.ndarray) -> tuple[list[int], list[int], list[int],
-                                                       list[int], list[int], list[int]]:
-    """kernel, strides, dilations, begin pads, end pads (incl. ceil_mode extra), output shape."""
+class _PoolGeometry(NamedTuple):
+    kernel: list[int]
+    strides: list[int]
+    dilations: list[int]
+    begins: list[int]  # explicit (or auto_pad) pads
+    ends: list[int]
+    extra: list[int]  # ceil_mode: room for the last partial window, past the end pads
+    out_shape: list[int]
+
+    def padding(self) -> list[tuple[int, int]]:
+        return [(0, 0), (0, 0)] + [(b, e + x) for b, e, x in zip(self.begins, self.ends, self.extra)]
+
+
+def _pool_geometry(node: Node, x: np.ndarray) -> _PoolGeometry:
     kernel = _ints(_attr(node, "kernel_shape"))
     rank = len(kernel)
     strides = _ints(_attr(node, "strides", [1] * rank))
@@ -1006,43 +1017,38 @@ def _pool_geometry(node: Node, x: np.ndarray) -> tuple[list[int], list[int], lis
                 out -= 1
         out_shape.append(out)
         extra.append(max((out - 1) * s + (k - 1) * d + 1 - (size + b + e), 0))
-    return kernel, strides, dilations, begins, [e + x for e, x in zip(ends, extra)], out_shape
+    return _PoolGeometry(kernel, strides, dilations, begins, ends, extra, out_shape)
 
 
 @_register("MaxPool", "AveragePool", "LpPool")
 def _pool(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
     x = inputs[0]
     assert x is not None
-    kernel, strides, dilations, begins, ends, out_shape = _pool_geometry(node, x)
-    width = [(0, 0), (0, 0)] + list(zip(begins, ends))
+    geometry = _pool_geometry(node, x)
+    kernel, strides, dilations, out_shape = (geometry.kernel, geometry.strides,
+                                             geometry.dilations, geometry.out_shape)
     spatial = tuple(range(-len(kernel), 0))
     if node.op_type == "MaxPool":
         low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-        padded = np.pad(x, width, constant_values=low)
+        padded = np.pad(x, geometry.padding(), constant_values=low)
         windows = _windows(padded, kernel, strides, dilations, out_shape)
         out = windows.max(axis=spatial)
         if len(node.outputs) > 1 and node.outputs[1]:
-            return [out, _max_pool_indices(node, x, windows, begins, strides, dilations)]
+            return [out, _max_pool_indices(node, x, windows, geometry.begins, strides, dilations)]
         return [out]
-    padded = np.pad(x, width)
-    windows = _windows(padded, kernel, strides, dilations, out_shape)
+    windows = _windows(np.pad(x, geometry.padding()), kernel, strides, dilations, out_shape)
     if node.op_type == "LpPool":
         p = _attr(node, "p", 2)
         return [(np.sum(np.abs(windows) ** p, axis=spatial) ** (1 / p)).astype(x.dtype)]
-    # the count: real elements, plus the explicit pads when count_include_pad (never ceil extra)
-    weight = np.zeros((1, 1) + x.shape[2:], dtype=x.dtype)
-    weight[...] = 1
+    # the divisor: real elements, plus the explicit pads if count_include_pad (never ceil extra)
+    ones = np.ones((1, 1) + x.shape[2:], dtype=x.dtype)
     if _attr(node, "count_include_pad", 0):
-        explicit = _explicit_pads(node, x.shape[2:], kernel, strides, dilations)
-        rank = len(kernel)
-        weight = np.pad(weight, [(0, 0), (0, 0)] + list(zip(explicit[:rank], explicit[rank:])),
-                        constant_values=1)
-        tail = [(0, 0), (0, 0)] + [(0, e - explicit[rank + i]) for i, e in enumerate(ends)]
-        head_fix = [(0, 0), (0, 0)] + [(b - explicit[i], 0) for i, b in enumerate(begins)]
-        weight = np.pad(np.pad(weight, tail), head_fix)
+        explicit = [(0, 0), (0, 0)] + list(zip(geometry.begins, geometry.ends))
+        counted = np.pad(np.pad(ones, explicit, constant_values=1),
+                         [(0, 0), (0, 0)] + [(0, extra) for extra in geometry.extra])
     else:
-        weight = np.pad(weight, width)
-    counts = _windows(weight, kernel, strides, dilations, out_shape).sum(axis=spatial)
+        counted = np.pad(ones, geometry.padding())
+    counts = _windows(counted, kernel, strides, dilations, out_shape).sum(axis=spatial)
     return [(windows.sum(axis=spatial) / counts).astype(x.dtype, copy=False)]
 
 
@@ -1197,15 +1203,11 @@ def _tensor_scatter(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
 
 def _quant_param(value: np.ndarray, x: np.ndarray, node: Node) -> np.ndarray:
     """A scale or zero point broadcast to x: per tensor, per axis (1-D) or blocked."""
-    if value.ndim == 0 or value.size == 1 and value.ndim <= 1 and x.ndim != 1:
-        return value.reshape(())
     axis = _attr(node, "axis", 1) % x.ndim
     block = _attr(node, "block_size", 0)
-    if block:
+    if block and value.size > 1:
         return np.take(np.repeat(value, block, axis=axis), np.arange(x.shape[axis]), axis=axis)
-    shape = [1] * x.ndim
-    shape[axis] = value.size
-    return value.reshape(shape)
+    return _along(value, x.ndim, axis)
 
 
 def _saturate(values: np.ndarray, dtype: np.dtype, saturate: bool = True) -> np.ndarray:
@@ -1264,60 +1266,59 @@ def _dynamic_quantize(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray
     return [quantized, np.asarray(scale, np.float32), zero]
 
 
-def _shifted(value: np.ndarray, zero: np.ndarray | None, axis_size: int | None = None) -> np.ndarray:
+def _along(param: np.ndarray, ndim: int, axis: int) -> np.ndarray:
+    """A per-tensor (size 1) or per-axis (1-D) scale or zero point, shaped to broadcast."""
+    if param.size == 1:
+        return param.reshape(())
+    shape = [1] * ndim
+    shape[axis] = -1
+    return param.reshape(shape)
+
+
+def _shifted(value: np.ndarray, zero: np.ndarray | None, axis: int) -> np.ndarray:
     """An integer tensor minus its zero point, widened so the subtraction cannot wrap."""
     wide = value.astype(np.int64)
-    if zero is None:
-        return wide
-    zero_wide = zero.astype(np.int64)
-    if axis_size is not None and zero_wide.ndim == 1 and zero_wide.size == axis_size > 1:
-        return wide - zero_wide.reshape((-1,) + (1,) * (wide.ndim - 1))
-    return wide - zero_wide
+    return wide if zero is None else wide - _along(zero.astype(np.int64), wide.ndim, axis)
 
 
 @_register("MatMulInteger")
 def _matmul_integer(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
+    """a's zero point per tensor or per row, b's per tensor or per column."""
     a, b = inputs[0], inputs[1]
     assert a is not None and b is not None
-    a_zero, b_zero = _opt(inputs, 2), _opt(inputs, 3)
-    left = _shifted(a, a_zero)
-    if a_zero is not None and a_zero.ndim == 1 and a_zero.size == a.shape[-2] > 1:
-        left = a.astype(np.int64) - a_zero.astype(np.int64)[:, None]
-    right = b.astype(np.int64) - (0 if b_zero is None else b_zero.astype(np.int64))
+    left, right = _shifted(a, _opt(inputs, 2), -2), _shifted(b, _opt(inputs, 3), -1)
     return [np.matmul(left, right).astype(np.int32)]
 
 
 @_register("ConvInteger")
 def _conv_integer(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
+    """The weight's zero point per tensor or per output channel; exact in float64."""
     x, w = inputs[0], inputs[1]
     assert x is not None and w is not None
-    x_wide = _shifted(x, _opt(inputs, 2)).astype(np.float64)
-    w_wide = _shifted(w, _opt(inputs, 3), w.shape[0]).astype(np.float64)
+    x_wide = _shifted(x, _opt(inputs, 2), 1).astype(np.float64)
+    w_wide = _shifted(w, _opt(inputs, 3), 0).astype(np.float64)
     (out,) = _conv(node, [x_wide, w_wide], opset)
     return [np.rint(out).astype(np.int32)]
 
 
 @_register("QLinearMatMul", "QLinearConv")
 def _qlinear(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
-    """Dequantize, compute exactly in float64, requantize with the output's scale and zero."""
+    """Dequantize, compute exactly in float64, requantize with the output's scale and zero.
+    MatMul: a per tensor/row, b per tensor/column; Conv: w per tensor/output channel."""
     a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero = inputs[:8]
     assert a is not None and b is not None and y_scale is not None and y_zero is not None
     assert a_scale is not None and b_scale is not None
-    left = _shifted(a, a_zero).astype(np.float64) * a_scale.astype(np.float64)
-    if node.op_type == "QLinearMatMul":
-        right = (b.astype(np.float64) - (0 if b_zero is None else b_zero.astype(np.float64)))
-        right = right * b_scale.astype(np.float64)
+    matmul = node.op_type == "QLinearMatMul"
+    a_axis, b_axis = (-2, -1) if matmul else (1, 0)
+    left = _shifted(a, a_zero, a_axis) * _along(a_scale.astype(np.float64), a.ndim, a_axis)
+    right = _shifted(b, b_zero, b_axis) * _along(b_scale.astype(np.float64), b.ndim, b_axis)
+    if matmul:
         out = np.matmul(left, right)
     else:
-        per_channel = (-1,) + (1,) * (b.ndim - 1)
-        right = _shifted(b, b_zero, b.shape[0]).astype(np.float64)
-        right = right * (b_scale.astype(np.float64).reshape(per_channel) if b_scale.size > 1
-                         else b_scale.astype(np.float64))
-        bias = _opt(inputs, 8)
         args: Inputs = [left, right]
-        if bias is not None:
-            args.append(bias.astype(np.float64) * a_scale.astype(np.float64)
-                        * b_scale.astype(np.float64).reshape(-1))
+        bias = _opt(inputs, 8)
+        if bias is not None:  # int32, in units of a_scale * w_scale
+            args.append(bias * a_scale.astype(np.float64) * b_scale.astype(np.float64).reshape(-1))
         (out,) = _conv(node, args, opset)
     return [_saturate(out / y_scale.astype(np.float64) + y_zero.astype(np.float64), y_zero.dtype)]
 

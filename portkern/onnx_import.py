@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -195,16 +194,17 @@ def _bind_inputs(runtime_inputs: list[onnx.ValueInfoProto],
                 concrete.append(named[dim])
             else:
                 label = f" ('{dim}')" if dim else ""
+                template = "x".join(str(d) if isinstance(d, int) else "ABCDEFGH"[i % 8]
+                                    for i, d in enumerate(dims))
                 raise ModelError(
-                    f"input '{vi.name}' has a dynamic dim {index}{label} ({_show_dims(dims)}); "
-                    f"bind it with --shape {vi.name}=AxB (e.g. --shape {vi.name}="
-                    f"{'x'.join(str(d) if isinstance(d, int) else '1' for d in dims)})")
+                    f"input '{vi.name}' has a dynamic dim {index}{label} in its shape "
+                    f"{_show_dims(dims)}; bind it with --shape {vi.name}={template}")
         bound[vi.name] = tuple(concrete)
     return bound
 
 
 def _show_dims(dims: Sequence[int | str | None]) -> str:
-    return "x".join("?" if d is None else str(d) for d in dims) or "scalar"
+    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
 
 
 def _np_dtype(elem_type: int) -> str:
@@ -347,8 +347,3 @@ def _check_defined(graph_proto: onnx.GraphProto, nodes: list[Node], available: s
         if vi.name not in defined:
             raise ModelError(f"graph output '{vi.name}' is never computed (truncated model?)")
 
-
-if __name__ == "__main__":  # pragma: no cover - a debugging aid: print the imported graph
-    graph = load_model(sys.argv[1], parse_shape_args(sys.argv[2:]))
-    for node in graph.nodes:
-        print(node.name, node.op_type, [str(graph.values[o]) for o in node.outputs if o])

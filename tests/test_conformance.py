@@ -2,7 +2,8 @@
 
 Every case of a supported op must pass, except the cases below, each with its reason. A listed
 case that starts passing fails the test too, so the list never goes stale.
-docs/conformance.md is this run's report: `python -m portkern.executor --conformance docs/conformance.md`.
+docs/conformance.md is this run's report (with the real-model results added):
+`python -m portkern.executor --conformance docs/conformance.md --with-models`.
 """
 from __future__ import annotations
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import onnxruntime
+import tvm
 
 from portkern import synthetic
 from portkern.backends import get_backend
@@ -179,6 +180,7 @@ def main() -> None:
         "benchmark": "bench_tvm_ops", "date": now.isoformat(timespec="seconds"),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "host": {"cpu": backend.fingerprint()["cpu"], "cores": backend.target.profile.cores,
+                 "tvm_threads": tvm.runtime.num_threads(), "ort_threads": backend.target.profile.cores,
                  "machine": platform.machine(), "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
                  "note": "shared 2-core machine; other engineers' tests may run at the same time"},
         "versions": {**backend.fingerprint(), "onnxruntime": onnxruntime.__version__, "numpy": np.__version__,

@@ -40,6 +40,7 @@ import contextlib
 import functools
 import itertools
 import platform
+import subprocess
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -241,9 +242,8 @@ class TritonBackend(Backend):
         if not self.on_gpu:
             return {**info, "device": "interpreter (CPU)"}
         props = torch.cuda.get_device_properties(self.device)
-        driver = getattr(torch._C, "_cuda_getDriverVersion", lambda: "unknown")()
         return {**info, "device": props.name, "compute_capability": f"{props.major}.{props.minor}",
-                "driver": str(driver), "cuda": str(torch.version.cuda or torch.version.hip)}
+                "driver": _driver_version(), "cuda": str(torch.version.cuda or torch.version.hip)}
 
     def _random(self, spec: TensorSpec) -> torch.Tensor:
         dtype = torch_dtype(spec.dtype)
@@ -264,6 +264,16 @@ def _default_and_neighbours(variant: Variant) -> Iterator[dict[str, Any]]:
         for value in choices:
             if value != default[name]:
                 yield {**default, name: value}
+
+
+def _driver_version() -> str:
+    """The GPU driver's version as nvidia-smi reports it (torch does not expose it)."""
+    try:
+        result = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return result.stdout.strip().splitlines()[0] if result.stdout.strip() else "unknown"
 
 
 def _has_bf16(task: Task) -> bool:

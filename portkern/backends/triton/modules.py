@@ -23,7 +23,7 @@ import re
 import sys
 import threading
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Callable, Iterator
 
@@ -215,19 +215,6 @@ class Launch:
         return {k: v for k, v in self.kwargs.items() if k not in names}
 
 
-@dataclass
-class _Recorder:
-    kernel: Any
-    launches: list[Launch] = field(default_factory=list)
-
-    def __getitem__(self, grid: Any) -> Callable[..., None]:
-        def call(*args: Any, **kwargs: Any) -> None:
-            launch = Launch(self.kernel, (), args, kwargs)
-            launch.grid = _grid_tuple(grid(launch.bound()) if callable(grid) else grid)
-            self.launches.append(launch)
-        return call
-
-
 def _grid_tuple(grid: Any) -> tuple[int, ...]:
     values = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
     return tuple(int(v) for v in values)
@@ -238,43 +225,35 @@ def _is_kernel(value: Any) -> bool:
 
 
 def record_launches(module: types.ModuleType, run: Callable[[], None], forward: bool) -> list[Launch]:
-    """Call `run` (which calls module.launch) with every @triton.jit global replaced by a recorder.
+    """Call `run` (which calls module.launch) and record each launch of the module's @triton.jit kernels.
 
+    `kernel[grid](...)` calls `kernel.run(..., grid=, warmup=)`; an instance attribute shadows that
+    method for the duration, so the module's globals stay untouched (the GPU JIT hashes the globals
+    a kernel body reads, helper @jit functions among them, and the compiler resolves them there).
     With forward=True the launches also really happen (Triton's JIT compiles and runs them);
     otherwise nothing runs, so meta tensors (shapes and strides, no memory) are enough.
     """
-    namespace = module.__dict__
-    originals = {name: value for name, value in namespace.items() if _is_kernel(value)}
+    kernels = [value for value in vars(module).values() if _is_kernel(value)]
     launches: list[Launch] = []
     with _MODE_LOCK:
-        if forward:
-            # the GPU JIT hashes the globals a kernel body reads (helper @jit functions among them):
-            # they must stay real JITFunctions, so launches are recorded at each kernel's run()
-            for kernel in originals.values():
-                kernel.run = _recording_run(kernel, launches)
-            try:
-                run()
-            finally:
-                for kernel in originals.values():
-                    vars(kernel).pop("run", None)
-            return launches
-        for name, kernel in originals.items():
-            namespace[name] = _Recorder(kernel, launches)
+        for kernel in kernels:
+            kernel.run = _recording_run(kernel, launches, forward)
         try:
             run()
         finally:
-            namespace.update(originals)
+            for kernel in kernels:
+                vars(kernel).pop("run", None)
     return launches
 
 
-def _recording_run(kernel: Any, launches: list[Launch]) -> Callable[..., Any]:
-    """kernel[grid](...) calls kernel.run(..., grid=, warmup=): record the launch, then run it."""
+def _recording_run(kernel: Any, launches: list[Launch], forward: bool) -> Callable[..., Any]:
     original = type(kernel).run.__get__(kernel)
 
     def run(*args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
         launch = Launch(kernel, (), args, kwargs)
         launch.grid = _grid_tuple(grid(launch.bound()) if callable(grid) else grid)
-        launch.compiled = original(*args, grid=grid, warmup=warmup, **kwargs)
+        if forward:
+            launch.compiled = original(*args, grid=grid, warmup=warmup, **kwargs)
         launches.append(launch)
         return launch.compiled
     return run

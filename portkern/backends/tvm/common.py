@@ -241,7 +241,8 @@ def nearest_valid(default: Mapping[str, Any], space: Mapping[str, Any],
 def row_reduce(value: Callable[[Any, Any], Any], rows: int, n: int, lanes: int, combine: str,
                name: str) -> te.Tensor:
     """A reduction over each row of `value(r, j)`; with lanes > 1, first into `lanes` partials
-    (one vector accumulator, j strided by lanes) and then across them, so the long loop vectorizes."""
+    (one vector accumulator, j strided by lanes) and then across them as a balanced tree, so the
+    long loop vectorizes and the final fold is log2(lanes) dependent steps, not `lanes`."""
     reducer = te.sum if combine == "sum" else te.max
     if lanes == 1:
         j = te.reduce_axis((0, n), name=f"{name}_j")
@@ -249,8 +250,15 @@ def row_reduce(value: Callable[[Any, Any], Any], rows: int, n: int, lanes: int, 
     step = te.reduce_axis((0, n // lanes), name=f"{name}_step")
     partial = te.compute((rows, lanes), lambda r, lane: reducer(value(r, step * lanes + lane), axis=step),
                          name=f"{name}_lanes")
-    lane = te.reduce_axis((0, lanes), name=f"{name}_lane")
-    return te.compute((rows,), lambda r: reducer(partial[r, lane], axis=lane), name=name)
+    pair = (lambda a, b: a + b) if combine == "sum" else te.max
+
+    def tree(r: Any, first: int, count: int) -> Any:
+        if count == 1:
+            return partial[r, first]
+        half = count // 2
+        return pair(tree(r, first, half), tree(r, first + half, count - half))
+
+    return te.compute((rows,), lambda r: tree(r, 0, lanes), name=name)
 
 
 def schedule_rows(sch: s_tir.Schedule, config: Mapping[str, Any], row_stages: Sequence[str]) -> None:
@@ -275,9 +283,11 @@ def schedule_rows(sch: s_tir.Schedule, config: Mapping[str, Any], row_stages: Se
             lane, step = loops[-2:]
             sch.reorder(step, lane)
             sch.vectorize(lane)
-        elif not _is_reduction(sch, block):
+        elif _is_row_elementwise(sch, block):
             sch.vectorize(sch.split(loops[-1], [None, lanes])[1])
 
 
-def _is_reduction(sch: s_tir.Schedule, block: Any) -> bool:
-    return any(var.iter_type == var.CommReduce for var in sch.get(block).iter_vars)
+def _is_row_elementwise(sch: s_tir.Schedule, block: Any) -> bool:
+    """A (rows, columns) stage with no reduction: its column loop vectorizes."""
+    iter_vars = sch.get(block).iter_vars
+    return len(iter_vars) == 2 and all(var.iter_type == var.DataPar for var in iter_vars)

@@ -43,7 +43,7 @@ SPACE = {
     "order": ["mn", "nm"],
     "parallel": [True, False],
 }
-DEFAULT = {"tile_m": 8, "tile_n": 32, "vector_lanes": 16, "row_tiles": 4, "unroll_k": 2,
+DEFAULT = {"tile_m": 6, "tile_n": 64, "vector_lanes": 16, "row_tiles": 4, "unroll_k": 2,
            "pack_b": True, "order": "mn", "parallel": True}
 
 
