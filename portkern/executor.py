@@ -2040,6 +2040,112 @@ def _linear_attention(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray
     return [out.astype(q.dtype), state.astype(q.dtype)]
 
 
+# --------------------------------------------------------------------------- RoI align, deformable conv
+
+def _roi_samples(start: float, length: float, bins: int, grid: int, size: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Sample points of one RoI axis (bins x grid) as (low index, high index, low weight,
+    high weight), with the RoiAlign edge rules: beyond one pixel outside -> weight 0."""
+    step = length / bins
+    points = start + np.arange(bins)[:, None] * step + (np.arange(grid)[None, :] + 0.5) * step / grid
+    points = points.reshape(-1)
+    outside = (points < -1) | (points > size)
+    points = np.clip(points, 0, None)
+    low = np.minimum(np.floor(points), size - 1).astype(np.int64)
+    points = np.where(low >= size - 1, low, points)
+    high = np.minimum(low + 1, size - 1)
+    frac = points - low
+    return low, high, np.where(outside, 0, 1 - frac), np.where(outside, 0, frac)
+
+
+@_register("RoiAlign")
+def _roi_align(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
+    x, rois, batch_indices = inputs[:3]
+    assert x is not None and rois is not None and batch_indices is not None
+    out_h, out_w = _attr(node, "output_height", 1), _attr(node, "output_width", 1)
+    ratio = _attr(node, "sampling_ratio", 0)
+    half_pixel = _attr(node, "coordinate_transformation_mode", "half_pixel") == "half_pixel"
+    height, width = x.shape[2:]
+    results = []
+    for roi, batch in zip(rois.astype(np.float64) * _attr(node, "spatial_scale", 1.0),
+                          _ints(batch_indices)):
+        x1, y1, x2, y2 = roi - (0.5 if half_pixel else 0.0)
+        roi_w, roi_h = x2 - x1, y2 - y1
+        if not half_pixel:  # the legacy mode never lets a RoI shrink below one pixel
+            roi_w, roi_h = max(roi_w, 1.0), max(roi_h, 1.0)
+        grid_h = ratio or math.ceil(roi_h / out_h)
+        grid_w = ratio or math.ceil(roi_w / out_w)
+        y_lo, y_hi, wy_lo, wy_hi = _roi_samples(y1, roi_h, out_h, grid_h, height)
+        x_lo, x_hi, wx_lo, wx_hi = _roi_samples(x1, roi_w, out_w, grid_w, width)
+        image = x[batch].astype(np.float64)
+        corners = [image[:, ys][:, :, xs] * (wy[:, None] * wx[None, :])
+                   for ys, wy in ((y_lo, wy_lo), (y_hi, wy_hi))
+                   for xs, wx in ((x_lo, wx_lo), (x_hi, wx_hi))]
+        if _attr(node, "mode", "avg") == "max":  # max over the weighted corner values
+            samples = np.max(corners, axis=0)
+        else:
+            samples = np.sum(corners, axis=0)
+        samples = samples.reshape(x.shape[1], out_h, grid_h, out_w, grid_w)
+        pooled = samples.max(axis=(2, 4)) if _attr(node, "mode", "avg") == "max" \
+            else samples.mean(axis=(2, 4))
+        results.append(pooled)
+    return [np.array(results, dtype=x.dtype).reshape(len(results), x.shape[1], out_h, out_w)]
+
+
+def _bilinear_2d(image: np.ndarray, ys: np.ndarray, xs: np.ndarray) -> np.ndarray:
+    """image (C, H, W) sampled at float positions ys, xs (same shape); outside reads zero."""
+    height, width = image.shape[1:]
+    y0, x0 = np.floor(ys), np.floor(xs)
+    total = np.zeros(image.shape[:1] + ys.shape)
+    for dy, dx in itertools.product((0, 1), (0, 1)):
+        yy, xx = y0 + dy, x0 + dx
+        weight = (1 - np.abs(ys - yy)) * (1 - np.abs(xs - xx))
+        valid = (yy >= 0) & (yy < height) & (xx >= 0) & (xx < width)
+        picked = image[:, np.clip(yy, 0, height - 1).astype(np.int64),
+                       np.clip(xx, 0, width - 1).astype(np.int64)]
+        total += picked * np.where(valid, weight, 0)
+    return total
+
+
+@_register("DeformConv")
+def _deform_conv(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
+    """2-D: each kernel tap samples the input at its offset position (bilinear), times the
+    mask; the sampled columns then meet the weights in one GEMM per group."""
+    x, w, offset = inputs[0], inputs[1], inputs[2]
+    assert x is not None and w is not None and offset is not None
+    bias, mask = _opt(inputs, 3), _opt(inputs, 4)
+    if x.ndim != 4:
+        raise UnsupportedOpError("DeformConv", node.name, "only 2-D deformable conv is supported")
+    n, c, _, _ = x.shape
+    oc, _, kh, kw = w.shape
+    strides = _ints(_attr(node, "strides", [1, 1]))
+    dilations = _ints(_attr(node, "dilations", [1, 1]))
+    pads = _ints(_attr(node, "pads", [0, 0, 0, 0]))
+    groups, offset_groups = _attr(node, "group", 1), _attr(node, "offset_group", 1)
+    out_h, out_w = offset.shape[2:]
+    taps = kh * kw
+    offsets = offset.astype(np.float64).reshape(n, offset_groups, taps, 2, out_h, out_w)
+    masks = (np.ones((n, offset_groups, taps, out_h, out_w)) if mask is None
+             else mask.astype(np.float64).reshape(n, offset_groups, taps, out_h, out_w))
+    base_y = (np.arange(out_h) * strides[0] - pads[0])[:, None]
+    base_x = (np.arange(out_w) * strides[1] - pads[1])[None, :]
+    cols = np.zeros((n, c, taps, out_h, out_w))
+    per_group = c // offset_groups
+    for batch, group, tap in itertools.product(range(n), range(offset_groups), range(taps)):
+        ty, tx = divmod(tap, kw)
+        ys = base_y + ty * dilations[0] + offsets[batch, group, tap, 0]
+        xs = base_x + tx * dilations[1] + offsets[batch, group, tap, 1]
+        channels = slice(group * per_group, (group + 1) * per_group)
+        sampled = _bilinear_2d(x[batch, channels].astype(np.float64), ys, xs)
+        cols[batch, channels, tap] = sampled * masks[batch, group, tap]
+    cols = cols.reshape(n, groups, (c // groups) * taps, out_h * out_w)
+    weights = w.astype(np.float64).reshape(groups, oc // groups, -1)
+    out = np.matmul(weights, cols).reshape(n, oc, out_h, out_w)
+    if bias is not None:
+        out = out + bias.astype(np.float64).reshape(1, oc, 1, 1)
+    return [out.astype(x.dtype)]
+
+
 # --------------------------------------------------------------------------- running
 
 SUPPORTED_OPS: frozenset[str] = frozenset(OPS)

@@ -9,6 +9,8 @@ time is within `floor_margin` of the roofline floor, or after `patience` trials 
 from __future__ import annotations
 
 import itertools
+import os
+import socket
 import json
 import math
 import time
@@ -29,6 +31,8 @@ from .worker import TrialJob
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 FAILED_VALUE = 1e3  # seconds told to the study for a failed trial: worse than any real kernel
+# trials left RUNNING by a killed tune on this host are failed on resume; other hosts' are theirs
+_WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
 
 
 class Runner(Protocol):
@@ -112,6 +116,20 @@ class ArtifactStore:
                         binary_name=meta["binary_name"], meta=meta["meta"])
 
 
+def _abandoned(worker: str) -> bool:
+    """A RUNNING trial whose tuner process on this host is gone (killed mid-trial)."""
+    host, _, pid = worker.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 def _value(record: TrialRecord) -> float:
     return record.seconds if record.seconds is not None else FAILED_VALUE
 
@@ -156,8 +174,15 @@ def search_workload(task: Task, variants: Sequence[Variant], runner: Runner, *, 
                                                  constant_liar=True, n_startup_trials=8)
     study = optuna.create_study(study_name=study_name(task, backend, variants), storage=storage,
                                 direction="minimize", sampler=sampler, load_if_exists=True)
+    # what other workers sharing this storage measured (a distributed tune): told, never re-measured
+    measured_elsewhere: dict[str, float] = {}
+    for frozen in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        key = frozen.user_attrs.get("candidate_key")
+        if key and key not in known and frozen.value is not None:
+            measured_elsewhere[key] = frozen.value
     for frozen in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        study.tell(frozen.number, state=optuna.trial.TrialState.FAIL)  # the trial a kill interrupted
+        if _abandoned(frozen.user_attrs.get("worker", "")):
+            study.tell(frozen.number, state=optuna.trial.TrialState.FAIL)  # interrupted by a kill
     seeded = list(seeds) + [Candidate.of(v, v.default) for v in variants]
     if space_size(variants) <= options.trials:  # small space: measure all of it (grid)
         seeded += [Candidate.of(v, c) for v in variants for c in all_configs(v)]
@@ -194,18 +219,19 @@ def search_workload(task: Task, variants: Sequence[Variant], runner: Runner, *, 
                   for p, choices in variant.space.items()}
         candidate = Candidate.of(variant, config)
         key = candidate.key()
-        if key in known:
+        if key in known or key in measured_elsewhere:
             trial.set_user_attr("duplicate_of", key)
-            study.tell(trial, _value(known[key]))
+            study.tell(trial, _value(known[key]) if key in known else measured_elsewhere[key])
             result.duplicates += 1
             consecutive_duplicates += 1
             continue
         consecutive_duplicates = 0
+        trial.set_user_attr("worker", _WORKER_ID)
+        trial.set_user_attr("candidate_key", key)
         record, artifact = runner.run(TrialJob(task=task, candidate=candidate, floor_seconds=floor_seconds,
                                                gate=gate, measure=measure))
         record.number = trial.number
         trial.set_user_attr("status", record.status)
-        trial.set_user_attr("candidate_key", key)
         if record.reason:
             trial.set_user_attr("reason", record.reason[:500])
         log.append(record)

@@ -1,0 +1,98 @@
+"""The search on its own: dedupe across runs and workers, budget rules, the rules proposer,
+PostgreSQL storage for distributed tunes (CI starts one; skipped where none is configured)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import optuna
+import pytest
+
+from portkern.backends import get_backend
+from portkern.hwprofile import load_target
+from portkern.measure import MeasureOptions
+from portkern.profile import floor_seconds
+from portkern.search.proposers import Feedback, RulesProposer
+from portkern.search.records import RecordLog
+from portkern.search.strategy import ArtifactStore, SearchOptions, search_workload, space_size
+from portkern.search.worker import InProcessRunner
+from portkern.synthetic import softmax_task
+from portkern.tuner import allocate_trials
+from portkern.verify import GateOptions
+
+FAST = MeasureOptions(warmup=1, repeats=3, input_sets=2)
+GATE = GateOptions(seeds=(11,))
+
+
+@pytest.fixture(scope="module")
+def backend():
+    return get_backend(load_target("h200"))
+
+
+def _search(backend, tmp_path: Path, storage: str, log_name: str, trials: int):
+    task = softmax_task(4, 100, "float32")
+    return search_workload(task, backend.variants(task), InProcessRunner(backend), storage=storage,
+                           log=RecordLog(tmp_path / log_name), store=ArtifactStore(tmp_path / "artifacts"),
+                           floor_seconds=floor_seconds(task, backend.target), backend=backend.name,
+                           options=SearchOptions(trials=trials, patience=100), gate=GATE, measure=FAST)
+
+
+def test_a_second_run_never_remeasures(backend, tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    first = _search(backend, tmp_path, storage, "records.jsonl", trials=3)
+    assert first.measured == 3 and first.best is not None and first.artifact is not None
+    second = _search(backend, tmp_path, storage, "records.jsonl", trials=2)
+    keys = [r.candidate_key for r in RecordLog(tmp_path / "records.jsonl")]
+    assert len(keys) == len(set(keys)) == first.measured + first.invalid + second.measured + second.invalid
+    assert second.best is not None and second.best.seconds <= first.best.seconds
+
+
+def test_budget_counts_measurements_not_invalid_configs(backend, tmp_path: Path) -> None:
+    result = _search(backend, tmp_path, f"sqlite:///{tmp_path / 's.db'}", "r.jsonl", trials=2)
+    assert result.measured == 2
+    assert all(r.status != "invalid" for r in result.records if r.measurement)
+    assert result.stop_reason.startswith("trial budget")
+
+
+def test_trials_follow_headroom() -> None:
+    class P:
+        def __init__(self, key: str, headroom: float) -> None:
+            self.task = type("T", (), {"key": key})()
+            self.headroom_seconds = headroom
+
+    budget = allocate_trials([P("a", 9.0), P("b", 1.0), P("c", 0.0)], total=100, cap=60, minimum=4)
+    assert budget == {"a": 60, "b": 10, "c": 4}
+
+
+def test_rules_proposer_widens_past_the_edge(backend) -> None:
+    task = softmax_task(4, 100, "float32")
+    variant = next(v for v in backend.variants(task) if any(isinstance(c[0], int) for c in v.space.values()))
+    param, choices = next((p, c) for p, c in variant.space.items()
+                          if all(isinstance(x, int) and not isinstance(x, bool) for x in c) and len(c) > 1)
+    best_config = dict(variant.default)
+    best_config[param] = max(choices)
+    from portkern.search.records import TrialRecord
+
+    best = TrialRecord(task_key=task.key, backend="triton", variant=variant.name, origin="builtin",
+                       config=best_config, candidate_key="k", status="ok")
+    derived = RulesProposer().propose(task, backend, Feedback(floor_seconds=1e-9, baseline_seconds=None, best=best,
+                                                             library={variant.name: variant}, round=1))
+    assert len(derived) == 1 and derived[0].origin == "rules" and derived[0].source == variant.source
+    assert max(choices) * 2 in derived[0].space[param]
+    assert space_size(derived) < space_size([variant]) * 3
+
+
+@pytest.mark.skipif(not os.environ.get("PORTKERN_TEST_POSTGRES"), reason="no PostgreSQL configured "
+                    "(.ci/run starts one and sets PORTKERN_TEST_POSTGRES)")
+def test_two_workers_share_a_postgres_study(backend, tmp_path: Path) -> None:
+    storage = os.environ["PORTKERN_TEST_POSTGRES"]
+    for summary in optuna.get_all_study_summaries(storage):
+        optuna.delete_study(study_name=summary.study_name, storage=storage)
+    first = _search(backend, tmp_path, storage, "worker1.jsonl", trials=2)
+    # a second worker with its own record log: it learns what the first measured from the storage
+    second = _search(backend, tmp_path, storage, "worker2.jsonl", trials=2)
+    one = {r.candidate_key for r in RecordLog(tmp_path / "worker1.jsonl")}
+    two = {r.candidate_key for r in RecordLog(tmp_path / "worker2.jsonl")}
+    assert one and two and not (one & two), "the second worker re-measured the first one's configurations"
+    (summary,) = optuna.get_all_study_summaries(storage)
+    assert summary.n_trials >= first.measured + second.measured
