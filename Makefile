@@ -24,14 +24,18 @@ test-all: $(STAMP)
 	$(BIN)/python -m pytest -q --durations=25
 
 # Tune a real model for the host CPU, write a pack, run the model with it, print the speedup table.
+# The model: a BERT-style encoder (2 layers, hidden 256, 4 heads, seq 128) exported from transformers.
+DEMO_SHAPE := --shape input_ids=1x128
 demo: $(STAMP)
 	rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
-	$(BIN)/python -m portkern.models bert --out $(DEMO_DIR)/bert.onnx
-	$(BIN)/portkern inspect $(DEMO_DIR)/bert.onnx --target cpu
-	$(BIN)/portkern tune $(DEMO_DIR)/bert.onnx --target cpu --trials 60 --per-task-trials 12 \
+	$(BIN)/python -m portkern.models bert --out $(DEMO_DIR)/bert.onnx --layers 2 --hidden 256 --heads 4 \
+		--intermediate 1024 --seq 128
+	$(BIN)/portkern inspect $(DEMO_DIR)/bert.onnx --target cpu $(DEMO_SHAPE)
+	$(BIN)/portkern tune $(DEMO_DIR)/bert.onnx --target cpu $(DEMO_SHAPE) --trials 80 --per-task-trials 16 \
 		--time-budget 240 -o $(DEMO_DIR)/bert.pkpack
+	$(BIN)/portkern inspect $(DEMO_DIR)/bert.pkpack
 	$(BIN)/portkern run $(DEMO_DIR)/bert.onnx --pack $(DEMO_DIR)/bert.pkpack
-	$(BIN)/portkern bench $(DEMO_DIR)/bert.onnx --pack $(DEMO_DIR)/bert.pkpack --repeats 10
+	$(BIN)/portkern bench $(DEMO_DIR)/bert.onnx --pack $(DEMO_DIR)/bert.pkpack --repeats 20
 
 clean-demo:
 	rm -rf $(DEMO_DIR)

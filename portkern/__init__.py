@@ -8,10 +8,14 @@ Nothing here prints unless asked (`progress=print`). Heavy modules load on first
 """
 from __future__ import annotations
 
+import logging
 from importlib import import_module
 from typing import Any
 
 from .errors import PortkernError
+
+# a library prints nothing unless the application configures logging (the CLI prints what it must)
+logging.getLogger("portkern").addHandler(logging.NullHandler())
 
 __version__ = "0.1.0"
 

@@ -244,8 +244,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     outputs = session.run(feeds)
     elapsed = time.perf_counter() - start
-    for task, reason in session.fallbacks:
-        print(f"fallback: {task.label}: {reason}", file=sys.stderr)
+    from collections import Counter
+
+    for (label, reason), count in Counter((t.label, r) for t, r in session.fallbacks).items():
+        print(f"fallback to the baseline: {label} x{count}: {reason}", file=sys.stderr)
     if args.save:
         np.savez(args.save, **outputs)
     summary = {name: {"shape": list(v.shape), "dtype": str(v.dtype), "mean": float(np.mean(v)),

@@ -48,8 +48,14 @@ class HwProfile:
         return self.peak_flops.get(dtype, self.peak_flops["float32"])
 
     def floor_seconds(self, flops: float, nbytes: float, dtype: str) -> float:
-        """Roofline floor: no kernel can beat both the arithmetic and the memory time."""
-        return max(flops / self.peak(dtype), nbytes / self.mem_bandwidth)
+        """Roofline floor: no kernel can beat both the arithmetic and the memory time.
+
+        Where the profile knows an on-chip cache's bandwidth and the task's bytes fit in it, that
+        is the ceiling (a small task's data stays in cache across runs on a CPU)."""
+        bandwidth = self.mem_bandwidth
+        if nbytes <= self.limits.get("cache_bytes", 0):
+            bandwidth = max(bandwidth, self.limits.get("cache_bandwidth", 0.0))
+        return max(flops / self.peak(dtype), nbytes / bandwidth)
 
     def limit(self, name: str) -> float:
         try:
@@ -170,13 +176,13 @@ def _cache_sizes() -> dict[str, float]:
     return sizes
 
 
-@functools.lru_cache(maxsize=1)
-def measure_host_bandwidth() -> float:
-    """Bytes/s of a large numpy copy (read + write), best of five: the CPU's memory ceiling."""
-    src = np.ones(32 * 1024 * 1024 // 4, dtype=np.float32) * 1.5
+@functools.lru_cache(maxsize=None)
+def measure_copy_bandwidth(nbytes: int, repeats: int) -> float:
+    """Bytes/s (read + write) of one core's numpy copy of `nbytes`, best of `repeats`."""
+    src = np.full(nbytes // 4, 1.5, dtype=np.float32)
     dst = np.empty_like(src)
     best = float("inf")
-    for _ in range(5):
+    for _ in range(repeats):
         start = time.perf_counter()
         np.copyto(dst, src)
         best = min(best, time.perf_counter() - start)
@@ -191,17 +197,23 @@ def _read_host(data: dict[str, Any]) -> dict[str, Any]:
     fma_units = int(data.get("fma_units_per_core", 2))
     fp32_lanes = vector_bytes // 4
     fp32_peak = cores * mhz * 1e6 * fp32_lanes * 2 * fma_units
-    limits = {"vector_bytes": float(vector_bytes), **_cache_sizes()}
+    caches = _cache_sizes()
+    l2 = int(caches.get("l2_bytes", 1 << 20))
+    # ceilings for a floor must not be underestimated (a kernel faster than the floor is rejected):
+    # one core's best copy times the cores, from DRAM and from a quarter of L2
+    limits = {"vector_bytes": float(vector_bytes), **caches, "cache_bytes": float(l2 * cores // 2),
+              "cache_bandwidth": measure_copy_bandwidth(l2 // 4, 50) * cores}
     data = dict(data)
     data.update(
         arch=platform.machine() or "unknown", cores=cores, alignment=vector_bytes,
         peak_flops={"float32": fp32_peak, "float64": fp32_peak / 2, "float16": fp32_peak},
-        mem_bandwidth=measure_host_bandwidth(), limits=limits,
+        mem_bandwidth=measure_copy_bandwidth(128 << 20, 5) * cores, limits=limits,
     )
     data["sources"] = {
         **data.get("sources", {}),
         "peak_flops": f"cores({cores}) x {mhz:.0f} MHz x {fp32_lanes} fp32 lanes x 2 (FMA) x {fma_units} FMA units",
-        "mem_bandwidth": "numpy copy of 128 MiB on this host, best of 5, read+write bytes",
+        "mem_bandwidth": f"numpy copy of 128 MiB on one core of this host, best of 5, read+write bytes, x {cores} cores",
+        "cache_bandwidth": f"numpy copy of L2/4 on one core, best of 50, x {cores} cores; used for tasks under cache_bytes",
         "limits": "/proc/cpuinfo flags and /sys/devices/system/cpu/cpu0/cache",
     }
     return data

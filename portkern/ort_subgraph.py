@@ -86,6 +86,8 @@ class OrtProgram:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
+        # a model runs dozens of these sessions in turn: idle pool threads must sleep, not spin
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             self.session = ort.InferenceSession(task_model(task).SerializeToString(), options,
                                                 providers=["CPUExecutionProvider"])

@@ -1,7 +1,8 @@
 """Run a model with a kernel pack: the pack's kernels where they match, the baseline elsewhere.
 
-Anything missing or mismatched falls back to the reference executor, loudly (logged, and listed in
-`Session.fallbacks`). A pack made on other hardware or software is refused unless the caller allows
+Anything missing or mismatched falls back to the backend's baseline op for that task (onnxruntime on
+the CPU, torch on a GPU) or, where it has none, the reference executor - loudly (logged, and listed
+in `Session.fallbacks`). Without a pack, the whole model runs in the reference executor. A pack made on other hardware or software is refused unless the caller allows
 the mismatch, in which case every kernel is re-verified by the gate before it is used.
 """
 from __future__ import annotations
@@ -32,8 +33,8 @@ log = logging.getLogger("portkern.runtime")
 @dataclass
 class BoundKernel:
     task: Task
-    entry: PackEntry
     program: Program
+    entry: PackEntry | None  # None: the backend's baseline op standing in for a missing kernel
 
 
 def _pack_shapes(pack: Pack, model: str | Path | bytes) -> dict[str, tuple[int, ...]] | None:
@@ -55,7 +56,8 @@ class Session:
                 shapes = _pack_shapes(self.pack, model)
             self.graph = load_model(model, shapes)
         self.tasks = partition(self.graph)
-        self.kernels: list[BoundKernel] = []
+        self.kernels: list[BoundKernel] = []  # the pack's kernels
+        self.baselines: list[BoundKernel] = []  # the backend's baseline op where the pack has none
         self.fallbacks: list[tuple[Task, str]] = []
         self.backend: Backend | None = None
         if self.pack is not None:
@@ -88,15 +90,18 @@ class Session:
                 if not verdict.passed:
                     self.fallbacks.append((task, f"re-verification failed: {verdict.reason}"))
                     continue
-            self.kernels.append(BoundKernel(task, entry, program))
+            self.kernels.append(BoundKernel(task, program, entry))
         for task, reason in self.fallbacks:
             log.warning("fallback to the baseline for %s: %s", task.label, reason)
+            baseline = self.backend.baseline(task)
+            if baseline is not None:
+                self.baselines.append(BoundKernel(task, baseline, None))
 
     def _overrides(self) -> dict[str, Callable[[dict[str, np.ndarray]], None]]:
         assert self.backend is not None
         backend = self.backend
         overrides: dict[str, Callable[[dict[str, np.ndarray]], None]] = {}
-        for bound in self.kernels:
+        for bound in [*self.kernels, *self.baselines]:
             task, program = bound.task, bound.program
             for node in task.nodes[:-1]:
                 overrides[node.name] = _skip
@@ -124,7 +129,7 @@ class Session:
         return self.backend.to_device(env[name])
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return run_graph(self.graph, dict(feeds), self._overrides() if self.kernels else None)
+        return run_graph(self.graph, dict(feeds), self._overrides() if self.backend is not None else None)
 
     def latency(self, feeds: Mapping[str, np.ndarray], repeats: int = 10, warmup: int = 2) -> list[float]:
         """Seconds per whole-model run (host clock, outputs on the host)."""

@@ -20,14 +20,14 @@ from .backends.base import Backend, Candidate, Variant
 from .errors import PortkernError
 from .hwprofile import Target, load_target
 from .ir import Graph
-from .measure import MeasureOptions
+from .measure import MeasureOptions, device_inputs, time_program
 from .models import random_feeds
 from .onnx_import import load_model
 from .pack import Pack, PackEntry, write_pack
 from .partition import partition, summarize
-from .profile import TaskProfile, profile_tasks
+from .profile import TaskProfile, baseline_program, profile_tasks
 from .search.proposers import BuiltinProposer, Feedback, Proposer, RulesProposer
-from .search.records import RecordLog, TrialRecord
+from .search.records import Measurement, RecordLog, TrialRecord
 from .search.strategy import ArtifactStore, SearchOptions, SearchResult, search_workload
 from .search.worker import InProcessRunner, IsolatedRunner
 from .tasks import Task
@@ -64,6 +64,7 @@ class TaskOutcome:
     result: SearchResult | None
     status: str  # kept | no gain | no variants | not admitted | not tuned | dropped: <why>
     proposers: list[str] = field(default_factory=list)
+    recheck: dict[str, Any] | None = None  # winner vs baseline re-timed side by side
 
     @property
     def best_seconds(self) -> float | None:
@@ -75,10 +76,12 @@ class TaskOutcome:
         return {**self.profile.to_dict(), "status": self.status, "proposers": self.proposers,
                 "best_seconds": self.best_seconds, "variant": best.variant if best else None,
                 "config": best.config if best else None,
-                "speedup": (base / self.best_seconds) if base and self.best_seconds else None,
+                "speedup": self.recheck["speedup"] if self.recheck else
+                (base / self.best_seconds) if base and self.best_seconds else None,
                 "floor_fraction": best.floor_fraction if best else None,
                 "trials": self.result.measured if self.result else 0,
                 "duplicates": self.result.duplicates if self.result else 0,
+                "recheck": self.recheck,
                 "stop_reason": self.result.stop_reason if self.result else ""}
 
 
@@ -318,12 +321,34 @@ def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, 
     best = result.best
     if best is None or best.seconds is None or result.artifact is None:
         return TaskOutcome(profile, result, "no verified kernel", used)
-    base = profile.seconds
-    noise = max(best.measurement.spread if best.measurement else 0.0,
-                profile.baseline.spread if profile.baseline else 0.0, 0.02)
-    if base is not None and best.seconds >= base * (1 - noise):
-        return TaskOutcome(profile, result, "no gain over the baseline", used)
-    return TaskOutcome(profile, result, "kept", used)
+    outcome = TaskOutcome(profile, result, "kept", used)
+    confirmed = _confirm_gain(backend, task, result, options.measure)
+    if confirmed is not None:
+        outcome.recheck = confirmed
+        if not confirmed["gain"]:
+            outcome.status = "no gain over the baseline"
+    return outcome
+
+
+def _confirm_gain(backend: Backend, task: Task, result: SearchResult,
+                  measure: MeasureOptions) -> dict[str, Any] | None:
+    """Re-time the winner and the baseline side by side, interleaved, on the same inputs: a gain
+    smaller than the measurements' spread is not a gain (the search's own times can be lucky)."""
+    baseline, source = baseline_program(backend, task)
+    if baseline is None or result.artifact is None:
+        return None
+    winner = backend.load(result.artifact, task)
+    sets = device_inputs(backend, task, measure.input_sets)
+    ours: list[float] = []
+    theirs: list[float] = []
+    for _ in range(3):  # interleaved rounds: a change in the host's load hits both
+        ours += time_program(backend, winner, task, measure, inputs=sets).times
+        theirs += time_program(backend, baseline, task, measure, inputs=sets).times
+    mine, base = Measurement(ours, "recheck"), Measurement(theirs, "recheck")
+    noise = max(0.02, mine.spread, base.spread)
+    return {"seconds": mine.median, "baseline_seconds": base.median, "baseline": source,
+            "noise": noise, "speedup": base.median / mine.median,
+            "gain": mine.median < base.median * (1 - noise)}
 
 
 def _e2e_tolerance(graph: Graph, options: TuneOptions) -> float:

@@ -28,7 +28,8 @@ from .tasks import Task
 
 # Relative L2 error allowed, by declared precision and by output dtype (the looser one applies).
 TOLERANCE = {
-    "fp64": 1e-12, "fp32": 1e-5, "tf32": 3e-4, "fp16": 2e-3, "bf16": 1e-2,
+    # tf32: 10-bit mantissa inputs; measured 7.9e-4 rel L2 on an H200 (bmm, K=40), so 3e-4 fails real TF32
+    "fp64": 1e-12, "fp32": 1e-5, "tf32": 2e-3, "fp16": 2e-3, "bf16": 1e-2,
     "float64": 1e-12, "float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2,
 }
 # A local error (one bad tile, a wrong tail) hides in the L2 norm; the largest single error,

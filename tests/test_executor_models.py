@@ -73,6 +73,22 @@ def test_randomize_weights_is_seeded_and_keeps_shapes() -> None:
     assert load_model(first).values["softmaxout_1"] == load_model(proto).values["softmaxout_1"]
 
 
+def test_randomized_batchnorm_statistics_are_calibrated() -> None:
+    """Running variances positive, and equal to what the layer really sees on the seed input."""
+    proto = randomize_weights(onnx.load(zoo_model_path("shufflenet")), seed=0)
+    initializers = {t.name: onnx.numpy_helper.to_array(t) for t in proto.graph.initializer}
+    norms = [n for n in proto.graph.node if n.op_type == "BatchNormalization"]
+    assert norms and all((initializers[n.input[4]] > 0).all() for n in norms)
+    graph = load_model(proto)
+    first = next(n for n in graph.nodes if n.op_type == "BatchNormalization")
+    env = dict(graph.constants)
+    env.update(random_feeds(graph, seed=0))  # the seed randomize_weights calibrated with
+    run_nodes(graph.nodes[:graph.nodes.index(first)], env, graph.opset)
+    seen = env[first.inputs[0]]
+    np.testing.assert_allclose(graph.constants[first.inputs[4]], seen.var(axis=(0, 2, 3)),
+                               rtol=1e-4)
+
+
 @pytest.fixture(scope="module")
 def bert_path() -> Path:
     pytest.importorskip("transformers")

@@ -17,6 +17,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
+import torch
 
 from portkern import synthetic
 from portkern.backends import get_backend
@@ -24,15 +25,16 @@ from portkern.backends.base import Artifact, Candidate, CompileError, Variant
 from portkern.backends.kernel_module import KernelSourceError, variant_from_source
 from portkern.backends.triton import TritonBackend, compile_for
 from portkern.backends.triton.backend import INTERPRETER_BF16, InterpreterLimitError
-from portkern.backends.triton.modules import ALLOWED_IMPORTS, builtin_variants
+from portkern.backends.triton.compile_only import ARCH_TARGETS
+from portkern.backends.triton.modules import ALLOWED_IMPORTS, builtin_variants, expand_includes
 from portkern.errors import PortkernError, TargetError
-from portkern.hwprofile import load_target
+from portkern.hwprofile import available_targets, load_profile, load_target
 from portkern.ir import TensorSpec
 from portkern.tasks import Task
 from portkern.verify import GateOptions, verify
 
-ARCH_TARGETS = {"sm_90": "h200", "sm_80": "a100", "gfx942": "mi300x"}
-BACKENDS = {arch: get_backend(load_target(name)) for arch, name in ARCH_TARGETS.items()}
+ARCH_PROFILES = {"sm_90": "h200", "sm_80": "a100", "gfx942": "mi300x"}
+BACKENDS = {arch: get_backend(load_target(name)) for arch, name in ARCH_PROFILES.items()}
 MATRIX_KINDS = ("gemm", "bmm", "attention", "conv2d")
 SAMPLE_TRIES = 300
 
@@ -137,6 +139,15 @@ def test_generic_checks_reject_impossible_launches() -> None:
     assert reason is not None and "parameters" in reason
 
 
+def test_includes_expand_once_and_refuse_cycles() -> None:
+    parts = {"a": "A\n# include: b\n", "b": "B\n", "loop": "# include: loop\n"}
+    text = expand_includes("top\n# include: a\n# include: b\nend\n", parts.__getitem__)
+    assert text == "top\nA\nB\n# (b is included above)\nend\n"
+    with pytest.raises(ValueError, match="cycle"):
+        expand_includes("# include: loop\n", parts.__getitem__)
+    assert all("# include:" not in v.source for v in builtin_variants())
+
+
 # --- cross-compilation ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("arch, configs", [("sm_90", 2), ("sm_80", 1)])
@@ -154,6 +165,12 @@ def test_matrix_variant_builds_hsaco_for_gfx942(name: str) -> None:
     _assert_report(compile_for(Candidate.of(variant, config), task, "gfx942"), "gfx942")
 
 
+def test_every_gpu_profile_has_a_cross_compiler() -> None:
+    """compile() without a GPU cross-compiles for the target's arch: every GPU profile needs one."""
+    profiles = [load_profile(name) for name in available_targets()]
+    assert {p.arch for p in profiles if p.kind in TritonBackend.device_kinds} <= set(ARCH_TARGETS)
+
+
 def test_unknown_arch_is_a_user_error() -> None:
     variant, task = SERVED["gemm_tiled"]
     with pytest.raises(PortkernError, match="sm_75"):
@@ -167,7 +184,8 @@ def test_compile_gives_an_artifact_that_loads_and_runs() -> None:
     variant = next(v for v in backend.variants(task) if v.name == "gemm_splitk")
     config = _valid_configs(variant, task, "sm_90", seed=0)[0]
     artifact = backend.compile(Candidate.of(variant, config), task)
-    assert artifact.binary_name == "kernels.zip" and artifact.meta["arch"] == "sm_90"
+    assert artifact.binary is not None and artifact.binary_name == "kernels.zip"
+    assert artifact.meta["arch"] == "sm_90"
     names = zipfile.ZipFile(io.BytesIO(artifact.binary)).namelist()
     assert names == ["0__gemm_partial.ptx", "0__gemm_partial.cubin", "1__splitk_reduce.ptx",
                      "1__splitk_reduce.cubin"]
@@ -205,6 +223,7 @@ def test_triton_compiler_error_becomes_compile_error() -> None:
         compile_for(Candidate.of(broken, config), task, "sm_90")
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's limits; a GPU runs bf16")
 def test_bf16_is_refused_in_the_interpreter() -> None:
     backend = BACKENDS["sm_90"]
     task = synthetic.gemm_task(16, 16, 16, "bfloat16")
@@ -273,5 +292,6 @@ def test_time_once_and_fingerprint() -> None:
     backend = BACKENDS["sm_90"]
     assert backend.time_once(lambda: None) >= 0.0
     fingerprint = backend.fingerprint()
-    assert fingerprint["device"] == "interpreter (CPU)" and fingerprint["triton"] and fingerprint["torch"]
+    assert fingerprint["triton"] and fingerprint["torch"]
+    assert ("compute_capability" in fingerprint) == torch.cuda.is_available()
     assert len(backend.hash()) == 16

@@ -8,6 +8,7 @@ fails to write fails the check. On a machine with a GPU the same checks run the 
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import random
@@ -16,13 +17,11 @@ from typing import Any, Sequence
 import numpy as np
 import pytest
 import torch
-from triton.runtime.interpreter import InterpretedFunction
-from triton.runtime.jit import JITFunction
 
 from portkern import synthetic
 from portkern.backends.base import Variant
 from portkern.backends.triton import codegen
-from portkern.backends.triton.modules import builtin_variants, kernel_module, scratch_specs
+from portkern.backends.triton.modules import builtin_variants, interpreted_language, kernel_module, scratch_specs
 from portkern.hwprofile import load_target
 from portkern.ir import TensorSpec
 from portkern.partition import evaluate_expr
@@ -71,27 +70,7 @@ def _cases(kind: str, dtype: str) -> list[tuple[Task, set[str]]]:
     if kind == "reduce":
         return [(synthetic.reduce_task(shape, dtype, op, axes, keepdims), names)
                 for (shape, op, axes, keepdims), names in REDUCE_CASES]
-    return [(synthetic.pool_task(*args[:5], *args[5:], dtype=dtype) if len(args) > 5
-             else synthetic.pool_task(*args, dtype=dtype), names) for args, names in POOL_CASES]
-
-
-@pytest.fixture(autouse=True)
-def _interpretable_standard_library(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Let interpreted kernels call triton.language's own @jit helpers (tl.sum, tl.max, tl.sigmoid).
-
-    Those helpers were decorated when triton was first imported, as compilable JITFunctions unless
-    TRITON_INTERPRET was set then; inside an interpreted launch they must run as the interpreter's
-    own device functions, which is what they would have been had the variable been set.
-    """
-    if ON_GPU:
-        return
-    interpreted: dict[int, InterpretedFunction] = {}
-
-    def call(self: JITFunction, *args: Any, **kwargs: Any) -> Any:
-        function = interpreted.setdefault(id(self), InterpretedFunction(self.fn))
-        return function(*args, **kwargs)
-
-    monkeypatch.setattr(JITFunction, "__call__", call)
+    return [(synthetic.pool_task(*args, dtype=dtype), names) for args, names in POOL_CASES]
 
 
 def _random_inputs(task: Task, rng: np.random.Generator, scale: float = 1.0) -> list[np.ndarray]:
@@ -109,8 +88,9 @@ def _run(variant: Variant, task: Task, config: dict[str, Any], inputs: Sequence[
     module = kernel_module(variant, interpret=not ON_GPU)
     output, *scratch = [torch.full(spec.shape, float("nan"), dtype=getattr(torch, spec.dtype), device=DEVICE)
                         for spec in [task.outputs[0], *scratch_specs(module, task, config)]]
-    module.launch(task, config, [torch.from_numpy(np.ascontiguousarray(x)).to(DEVICE) for x in inputs],
-                  [output, *scratch])
+    device_inputs = [torch.from_numpy(np.ascontiguousarray(x)).to(DEVICE) for x in inputs]
+    with contextlib.nullcontext() if ON_GPU else interpreted_language():
+        module.launch(task, config, device_inputs, [output, *scratch])
     return output.cpu().numpy()
 
 

@@ -64,14 +64,19 @@ def build_task(kind: str, dims: Sequence[int], flags: dict[str, str], dtype: str
         return synthetic.gemm_task(m, n, k, dtype, activation=activation, bias="bias" in on,
                                    residual="residual" in on, trans_b="trans_b" in on)
     if kind == "bmm":
-        return synthetic.bmm_task(*dims, dtype)
+        batch, m, n, k = dims
+        return synthetic.bmm_task(batch, m, n, k, dtype)
     if kind == "attention":
-        return synthetic.attention_task(*dims, dtype, seq_kv=int(flags["kv"]) if "kv" in flags else None,
-                                        mask="mask" in on, causal="causal" in on, k_transposed="k_transposed" in on)
+        batch, heads, seq, head_dim = dims
+        return synthetic.attention_task(batch, heads, seq, head_dim, dtype,
+                                        seq_kv=int(flags["kv"]) if "kv" in flags else None, mask="mask" in on,
+                                        causal="causal" in on, k_transposed="k_transposed" in on)
+    n, c, h, w, oc, kh, kw = dims
     activation = next((a for a in ("relu", "silu", "sigmoid", "tanh") if a in on), "none")
-    return synthetic.conv2d_task(*dims, dtype, stride=int(flags.get("stride", 1)), pad=int(flags.get("pad", 0)),
-                                 dilation=int(flags.get("dilation", 1)), group=int(flags.get("group", 1)),
-                                 activation=activation, residual="residual" in on)
+    return synthetic.conv2d_task(n, c, h, w, oc, kh, kw, dtype, stride=int(flags.get("stride", 1)),
+                                 pad=int(flags.get("pad", 0)), dilation=int(flags.get("dilation", 1)),
+                                 group=int(flags.get("group", 1)), activation=activation,
+                                 residual="residual" in on)
 
 
 def parse_ops(text: str, dtype: str) -> list[tuple[str, Task]]:

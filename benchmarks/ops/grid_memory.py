@@ -207,7 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.dry_run:
         for label, task, _ in ops:
             for variant in variants_for(task):
-                print(f"{label}: {variant.name}: {len(config_grid(variant, task, target, args.configs, args.seed))} configs")
+                configs = config_grid(variant, task, target, args.configs, args.seed)
+                print(f"{label}: {variant.name}: {len(configs)} configs")
         return 0
     if not torch.cuda.is_available():
         raise SystemExit("no GPU here: run on the GPU machine, or use --dry-run")

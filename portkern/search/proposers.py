@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 import dataclasses
+import hashlib
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -86,7 +87,8 @@ class RulesProposer(Proposer):
             space[param] = tuple(sorted(local))
         if not widened:
             return []
-        name = f"{base.name}~rules{feedback.round}"
+        digest = hashlib.sha256(repr(sorted(space.items())).encode()).hexdigest()[:6]
+        name = f"{base.name}~rules-{digest}"  # unique per derived space, across tasks and rounds
         if name in feedback.library:
             return []
         return [dataclasses.replace(base, name=name, space=space, default=dict(best.config), origin="rules")]

@@ -29,10 +29,11 @@ class Measurement:
 
     @property
     def spread(self) -> float:
-        """Relative spread (p90 - p10) / median: a gain smaller than this is noise."""
+        """Relative interquartile range (p75 - p25) / median: a gain smaller than this is noise.
+        Quartiles, not extremes, so one preempted run on a busy host does not hide a real gain."""
         ordered = sorted(self.times)
-        low = ordered[len(ordered) // 10]
-        high = ordered[min(len(ordered) - 1, (len(ordered) * 9) // 10)]
+        low = ordered[len(ordered) // 4]
+        high = ordered[min(len(ordered) - 1, (len(ordered) * 3) // 4)]
         return (high - low) / self.median if self.median > 0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:

@@ -187,8 +187,12 @@ def search_workload(task: Task, variants: Sequence[Variant], runner: Runner, *, 
     if space_size(variants) <= options.trials:  # small space: measure all of it (grid)
         seeded += [Candidate.of(v, c) for v in variants for c in all_configs(v)]
     for candidate in seeded:
-        if candidate.variant.name in by_name:
-            study.enqueue_trial(_params(candidate.variant, candidate.params), skip_if_exists=True)
+        variant = by_name.get(candidate.variant.name)
+        config = candidate.params
+        # a seed from another shape or round may not fit this variant's space: then it is no seed
+        if variant is not None and set(config) == set(variant.space) and all(
+                config[p] in choices for p, choices in variant.space.items()):
+            study.enqueue_trial(_params(variant, config), skip_if_exists=True)
     names = sorted(by_name)
     since_gain = 0
     consecutive_duplicates = 0

@@ -70,6 +70,8 @@ def _attention(task: Task) -> Compute:
             k = k.transpose(-1, -2)
         mask = inputs[3] if has_mask else None
         seq, seq_kv = q.shape[-2], k.shape[-2]
+        if causal and mask is None and seq == seq_kv:  # SDPA's own causal path (flash kernels)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
         if causal:  # bottom-right aligned, as partition.py recognises it
             rows = torch.arange(seq, device=q.device)[:, None] + (seq_kv - seq)
             allowed = torch.arange(seq_kv, device=q.device)[None, :] <= rows

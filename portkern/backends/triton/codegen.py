@@ -83,7 +83,8 @@ _UNARY = {
     "abs": "tl.abs({0})", "reciprocal": "1.0 / ({0})", "sigmoid": "tl.sigmoid({0})",
     "relu": "tl.maximum({0}, 0.0)", "erf": "tl.erf({0})", "tanh": "_tanh({0})",
     "gelu": f"0.5 * ({{0}}) * (1.0 + tl.erf(({{0}}) * {_SQRT_HALF}))",
-    "gelu_tanh": f"0.5 * ({{0}}) * (1.0 + _tanh({_SQRT_2_OVER_PI} * (({{0}}) + 0.044715 * ({{0}}) * ({{0}}) * ({{0}}))))",
+    "gelu_tanh": (f"0.5 * ({{0}}) * (1.0 + _tanh({_SQRT_2_OVER_PI} * "
+                  "(({0}) + 0.044715 * ({0}) * ({0}) * ({0}))))"),
 }
 
 

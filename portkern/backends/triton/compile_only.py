@@ -1,4 +1,4 @@
-"""Ahead-of-time compilation for a GPU that is not here: PTX + cubin (sm_90, sm_80), HSACO (gfx942).
+"""Ahead-of-time compilation for a GPU that is not here: PTX + cubin (sm_90, sm_89, sm_80), HSACO (gfx942).
 
 No separate kernel description is needed: the module's own `launch` is run on meta tensors (shapes
 and strides, no memory) with its @triton.jit functions replaced by recorders (modules.record_launches),
@@ -28,8 +28,9 @@ from ..base import Candidate, CompileError
 from ..kernel_module import KernelSourceError
 from .modules import Launch, kernel_module, record_launches, scratch_specs, torch_dtype
 
-ARCH_TARGETS: dict[str, GPUTarget] = {
+ARCH_TARGETS: dict[str, GPUTarget] = {  # the archs of the shipped hwprofiles
     "sm_90": GPUTarget("cuda", 90, 32),
+    "sm_89": GPUTarget("cuda", 89, 32),
     "sm_80": GPUTarget("cuda", 80, 32),
     "gfx942": GPUTarget("hip", "gfx942", 64),
 }

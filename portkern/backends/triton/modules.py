@@ -49,14 +49,23 @@ def _kernel_files() -> Any:
     return resources.files("portkern.backends.triton").joinpath("kernels")
 
 
-def expand_includes(text: str, read: Callable[[str], str], seen: frozenset[str] = frozenset()) -> str:
-    """Replace each `# include: NAME` line by the (expanded) text of _NAME.py, once per name."""
-    def replace(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name in seen:
-            raise ValueError(f"include cycle through '{name}'")
-        return expand_includes(read(name), read, seen | {name}).rstrip("\n")
-    return _INCLUDE.sub(replace, text)
+def expand_includes(text: str, read: Callable[[str], str]) -> str:
+    """Replace each `# include: NAME` line by the (expanded) text of _NAME.py; a name already
+    included leaves a marker comment, and a cycle is an error."""
+    done: set[str] = set()
+
+    def expand(text: str, stack: frozenset[str]) -> str:
+        def replace(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name in stack:
+                raise ValueError(f"include cycle through '{name}'")
+            if name in done:
+                return f"# ({name} is included above)"
+            done.add(name)
+            return expand(read(name), stack | {name}).rstrip("\n")
+        return _INCLUDE.sub(replace, text)
+
+    return expand(text, frozenset())
 
 
 def builtin_variants() -> list[Variant]:

@@ -1,3 +1,4 @@
+# --- included from _activation.py: the epilogue activations, on fp32 tiles ---
 @triton.jit
 def _sigmoid(x):
     z = tl.exp(-tl.abs(x))  # never overflows

@@ -1,3 +1,4 @@
+# --- included from _attention_core.py: operands and the online-softmax loop ---
 LOG2E = 1.4426950408889634
 MAX_HEAD_DIM = 256
 
@@ -33,7 +34,7 @@ def _strides4(t, shape4):
     pad = len(shape4) - len(t.shape)
     sizes = (1,) * pad + tuple(t.shape)
     strides = (0,) * pad + tuple(t.stride())
-    return tuple(0 if size == 1 else stride for size, stride in zip(sizes, strides))
+    return tuple(0 if size == 1 else stride for size, stride in zip(sizes, strides, strict=True))
 
 
 class _AttentionProblem:

@@ -1,3 +1,4 @@
+# --- included from _bmm_tiled.py: the batched tiled GEMM (its module sets DOT_PRECISION) ---
 # include: gemm_common
 
 SPACE = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [32, 64, 128, 256], "BLOCK_K": [16, 32, 64],

@@ -1,3 +1,4 @@
+# --- included from _gemm_common.py: GEMM operands, tile order, main loop, fused epilogue ---
 # include: activation
 
 

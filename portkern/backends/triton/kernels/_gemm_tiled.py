@@ -1,3 +1,4 @@
+# --- included from _gemm_tiled.py: the tiled GEMM (its module sets DOT_PRECISION) ---
 # include: gemm_common
 
 SPACE = {"BLOCK_M": [32, 64, 128, 256], "BLOCK_N": [32, 64, 128, 256], "BLOCK_K": [16, 32, 64, 128],

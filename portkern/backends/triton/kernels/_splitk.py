@@ -1,3 +1,4 @@
+# --- included from _splitk.py: split-K workspace and the ordered second pass ---
 def _k_chunk(K, split_k, block_k):
     """K columns per split, a multiple of BLOCK_K so every split but the last runs full tiles."""
     return triton.cdiv(triton.cdiv(K, split_k), block_k) * block_k

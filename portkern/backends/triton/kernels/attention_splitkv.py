@@ -4,7 +4,8 @@ With S small, one program per (query block, head) leaves most SMs idle while it 
 Here SPLITS programs share the keys of each (query block, head): each runs the same online
 softmax over its key chunk and writes its unnormalised output, running max and running sum to a
 workspace (`scratch`); a second pass merges the splits in order, rescaling each to the common
-max. Deterministic, no atomics. A split with no visible key (short Sk, causal) contributes nothing. Mask, causal and k_transposed as in attention_flash.
+max. Deterministic, no atomics. A split with no visible key (short Sk, causal) contributes
+nothing. Mask, causal and k_transposed as in attention_flash.
 """
 import math
 

@@ -14,32 +14,27 @@ SPACE = {"ROWS_PER_PROGRAM": [1, 2, 4, 8, 16], "num_warps": [1, 2, 4, 8, 16],
 DEFAULT = {"ROWS_PER_PROGRAM": 1, "num_warps": 4, "EVICTION": ""}
 
 # include: rowwise
+# include: row_tile
 
 
 def constraints(task, config, target):
-    n_rows, n_cols = _rows_cols(task)
-    if n_rows == 0 or n_cols == 0:
-        return "empty tensor"
-    return _spill_reason(config["ROWS_PER_PROGRAM"] * triton.next_power_of_2(n_cols), config, target)
+    return _whole_rows_reason(task, config, target)
 
 
 @triton.jit
 def _layernorm_rows(x_ptr, gamma_ptr, beta_ptr, y_ptr, n_rows, n_cols, eps,
-                    BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
-                  EVICTION: tl.constexpr):
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+                    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, EVICTION: tl.constexpr):
+    x, offsets, store_mask = _load_rows(x_ptr, tl.program_id(0) * ROWS, n_rows, n_cols, 0.0, BLOCK_N, ROWS,
+                                        EVICTION)
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
-    offsets = tl.minimum(rows, n_rows - 1).to(tl.int64)[:, None] * n_cols + cols[None, :]
-    x = tl.load(x_ptr + offsets, mask=col_ok[None, :], other=0.0, eviction_policy=EVICTION)
-    x = x.to(tl.float32)
     mean = tl.sum(x, axis=1) / n_cols
     centred = tl.where(col_ok[None, :], x - mean[:, None], 0.0)
     rstd = tl.rsqrt(tl.sum(centred * centred, axis=1) / n_cols + eps)
     gamma = tl.load(gamma_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
     beta = tl.load(beta_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
     y = centred * rstd[:, None] * gamma[None, :] + beta[None, :]
-    tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=(rows[:, None] < n_rows) & col_ok[None, :])
+    tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=store_mask)
 
 
 def launch(task, config, inputs, outputs):

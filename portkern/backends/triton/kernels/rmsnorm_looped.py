@@ -15,10 +15,7 @@ DEFAULT = {"BLOCK_N": 1024, "num_warps": 4}
 
 
 def constraints(task, config, target):
-    n_rows, n_cols = _rows_cols(task)
-    if n_rows == 0 or n_cols == 0:
-        return "empty tensor"
-    return _spill_reason(config["BLOCK_N"], config, target)
+    return _row_chunks_reason(task, config, target)
 
 
 @triton.jit

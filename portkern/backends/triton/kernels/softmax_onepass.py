@@ -18,10 +18,7 @@ DEFAULT = {"ROWS_PER_PROGRAM": 1, "num_warps": 4, "EVICTION": ""}
 
 
 def constraints(task, config, target):
-    n_rows, n_cols = _rows_cols(task)
-    if n_rows == 0 or n_cols == 0:
-        return "empty tensor"
-    return _spill_reason(config["ROWS_PER_PROGRAM"] * triton.next_power_of_2(n_cols), config, target)
+    return _whole_rows_reason(task, config, target)
 
 
 @triton.jit

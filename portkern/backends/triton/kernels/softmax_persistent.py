@@ -20,14 +20,13 @@ HOST_CORES = 2  # off the GPU (interpreter, cross-compilation): few programs, ea
 
 
 def constraints(task, config, target):
-    n_rows, n_cols = _rows_cols(task)
-    if n_rows == 0 or n_cols == 0:
-        return "empty tensor"
-    tile = config["ROWS_PER_PROGRAM"] * triton.next_power_of_2(n_cols)
-    staged = config["NUM_STAGES"] * tile * task.inputs[0].nbytes // task.inputs[0].numel
-    if config["NUM_STAGES"] > 1 and staged > target.profile.limits.get("shared_mem_per_block", 0):
-        return f"{config['NUM_STAGES']} stages of a {tile}-element tile exceed shared memory"
-    return _spill_reason(tile, config, target)
+    reason = _whole_rows_reason(task, config, target)
+    if reason is None and config["NUM_STAGES"] > 1:
+        tile_bytes = config["ROWS_PER_PROGRAM"] * triton.next_power_of_2(_rows_cols(task)[1]) \
+            * task.inputs[0].nbytes // task.inputs[0].numel
+        if config["NUM_STAGES"] * tile_bytes > target.profile.limits.get("shared_mem_per_block", 0):
+            return f"{config['NUM_STAGES']} stages of {tile_bytes} B tiles exceed shared memory"
+    return reason
 
 
 _CORES = {}  # device index -> multiprocessors: the driver query costs ~1 ms, far more than the kernel
