@@ -144,7 +144,8 @@ def _better(record: TrialRecord, best: TrialRecord | None) -> bool:
     return record.seconds < best.seconds * (1 - min(noise, 0.05))
 
 
-def search_workload(task: Task, variants: Sequence[Variant], runner: Runner, *, storage: str,
+def search_workload(task: Task, variants: Sequence[Variant], runner: Runner, *,
+                    storage: str | optuna.storages.BaseStorage,
                     log: RecordLog, store: ArtifactStore, floor_seconds: float, backend: str,
                     options: SearchOptions, seeds: Sequence[Candidate] = (),
                     gate: GateOptions = GateOptions(), measure: MeasureOptions = MeasureOptions(),
