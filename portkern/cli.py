@@ -56,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
                       help="where candidates come from (default: builtin + rules; + llm with an endpoint)")
     tune.add_argument("--llm-endpoint", help="an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
     tune.add_argument("--llm-model")
+    tune.add_argument("--llm-max-requests", type=int, default=32, help="HTTP requests per tune (retries count)")
+    tune.add_argument("--llm-max-tokens", type=int, default=400_000, help="tokens per tune")
+    tune.add_argument("--llm-timeout", type=float, default=120.0, help="seconds per request")
     tune.add_argument("--trial-timeout", type=float, default=300.0)
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -207,7 +210,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         target=args.target, backend=args.backend, shapes=parse_shape_args(args.shape), trials=args.trials,
         per_task_trials=args.per_task_trials, time_budget_s=args.time_budget, storage=args.storage,
         work_dir=Path(args.work_dir) if args.work_dir else None, resume=args.resume, proposers=proposers,
-        llm_endpoint=args.llm_endpoint, llm_model=args.llm_model, trial_timeout_s=args.trial_timeout,
+        llm_endpoint=args.llm_endpoint, llm_model=args.llm_model, llm_max_requests=args.llm_max_requests,
+        llm_max_tokens=args.llm_max_tokens, llm_timeout_s=args.llm_timeout, trial_timeout_s=args.trial_timeout,
         max_tasks=args.max_tasks, seed=args.seed)
     progress = None if args.quiet or args.json else (lambda line: print(line, file=sys.stderr, flush=True))
     report = run_tune(Path(args.model), options, Path(args.out), progress)

@@ -49,6 +49,9 @@ class TuneOptions:
     proposers: tuple[str, ...] = ("builtin", "rules")
     llm_endpoint: str | None = None
     llm_model: str | None = None
+    llm_max_requests: int = 32  # per tune, retries included
+    llm_max_tokens: int = 400_000
+    llm_timeout_s: float = 120.0
     isolate: bool = True  # build/verify/time in a worker process (required for generated code)
     trial_timeout_s: float = 300.0
     max_tasks: int | None = None  # tune only the N tasks with most headroom
@@ -95,9 +98,11 @@ class TuneReport:
     wall_seconds: float
     pack_path: Path | None
     work_dir: Path
+    fingerprint: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "target": self.target, "backend": self.backend,
+                "fingerprint": self.fingerprint,
                 "tasks": [o.to_dict() for o in self.outcomes], "end_to_end": self.end_to_end,
                 "tuning_wall_seconds": self.wall_seconds,
                 "pack": str(self.pack_path) if self.pack_path else None, "work_dir": str(self.work_dir)}
@@ -129,8 +134,10 @@ def _make_proposers(options: TuneOptions, work_dir: Path) -> list[Proposer]:
                 raise PortkernError("the llm proposer needs --llm-endpoint URL and --llm-model NAME")
             from .search.llm import LlmProposer
 
-            proposers.append(LlmProposer.from_options(options.llm_endpoint, options.llm_model,
-                                                      work_dir / "transcripts"))
+            proposers.append(LlmProposer.from_options(
+                options.llm_endpoint, options.llm_model, work_dir / "transcripts",
+                max_requests=options.llm_max_requests, max_tokens=options.llm_max_tokens,
+                timeout_s=options.llm_timeout_s))
         else:
             raise PortkernError(f"unknown proposer '{name}' (builtin, rules, llm)")
     return proposers
@@ -248,7 +255,7 @@ def run_tune(model_path: Path, options: TuneOptions, out: Path | None,
     pack_path = None
     report = TuneReport(model=model_path.name, target=target.name, backend=target.backend,
                         outcomes=outcomes, end_to_end=e2e, wall_seconds=time.time() - started,
-                        pack_path=None, work_dir=work_dir)
+                        pack_path=None, work_dir=work_dir, fingerprint=backend.fingerprint())
     if out is not None:
         pack = _assemble_pack(graph, target, backend, outcomes, report)
         pack_path = write_pack(pack, out)

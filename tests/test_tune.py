@@ -117,3 +117,31 @@ def test_kill_9_then_resume_keeps_every_finished_trial(tmp_path: Path) -> None:
     studies = optuna.get_all_study_summaries(f"sqlite:///{Path(f'{out}.work') / 'study.db'}")
     completed = sum(s.n_trials for s in studies)
     assert completed >= len(after)
+
+
+def test_tune_with_an_llm_endpoint_keeps_only_what_the_gate_passes(tmp_path: Path) -> None:
+    """The LLM proposer in a real tune: a replay server answers with a syntax error, a kernel wrong
+    at the row tail, then a good kernel. The tune records each, keeps only verified kernels, and
+    writes the transcripts."""
+    from llm_fixtures.replay import REPLAY_MODEL, ReplayServer
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 100])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [6, 100])
+    graph = helper.make_graph([helper.make_node("Softmax", ["x"], ["y"], name="sm", axis=-1)], "g", [x], [y])
+    model = tmp_path / "softmax.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    lines: list[str] = []
+    with ReplayServer.from_fixtures("syntax_error", "no_tail_mask", "good_softmax") as server:
+        report = portkern.tune(model, target="h200", out=tmp_path / "s.pkpack", trials=12, per_task_trials=12,
+                               measure=FAST, proposers=("builtin", "rules", "llm"), llm_endpoint=server.url,
+                               llm_model=REPLAY_MODEL, llm_timeout_s=10, progress=lines.append)
+    assert "llm" in lines[0]  # the tune says which proposers ran
+    records = list(RecordLog(report.work_dir / "records.jsonl"))
+    from_llm = {r.variant: r for r in records if r.origin == "llm"}
+    statuses = sorted(r.status for r in from_llm.values())
+    assert statuses == ["ok", "rejected"], statuses  # the tail bug is caught, the good kernel passes
+    rejected = next(r for r in from_llm.values() if r.status == "rejected")
+    assert "error" in rejected.reason
+    transcripts = sorted((report.work_dir / "transcripts").rglob("*.json"))
+    assert len(transcripts) >= 3
+    assert report.end_to_end["passed"]

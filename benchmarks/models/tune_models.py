@@ -1,0 +1,108 @@
+"""Whole models: tune each for a target within a time budget, then time `portkern run` with the
+pack against onnxruntime (CPU) side by side, interleaved, same inputs, same process.
+
+    python benchmarks/models/tune_models.py --target cpu --models bert-mini,squeezenet,shufflenet,resnet50 \
+        --time-budget 150 --out benchmarks/results/models-cpu.json
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+import portkern
+from portkern.models import export_bert, random_feeds, randomize_weights, zoo_model_path
+
+BERTS = {  # name -> export_bert arguments (random init; shapes of real small encoders)
+    "bert-mini": dict(layers=2, hidden=256, heads=4, intermediate=1024, seq=128),
+    "minilm-l6": dict(layers=6, hidden=384, heads=12, intermediate=1536, seq=128),
+}
+
+
+def model_file(name: str, folder: Path) -> tuple[Path, dict[str, tuple[int, ...]]]:
+    if name in BERTS:
+        return export_bert(folder, **BERTS[name]), {"input_ids": (1, BERTS[name]["seq"])}
+    path = folder / f"{name}.onnx"
+    onnx.save(randomize_weights(onnx.load(str(zoo_model_path(name))), seed=0), str(path))
+    return path, {}
+
+
+def interleaved_latency(session: portkern.Session, ort_session: Any, feeds: dict[str, np.ndarray],
+                        rounds: int) -> tuple[list[float], list[float]]:
+    ours: list[float] = []
+    theirs: list[float] = []
+    session.run(feeds)
+    ort_session.run(None, feeds)
+    for _ in range(rounds):
+        start = time.perf_counter()
+        session.run(feeds)
+        ours.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        ort_session.run(None, feeds)
+        theirs.append(time.perf_counter() - start)
+    return ours, theirs
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--target", default="cpu")
+    parser.add_argument("--models", default="bert-mini,squeezenet,shufflenet,resnet50")
+    parser.add_argument("--time-budget", type=float, default=150.0)
+    parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--out", default="models.json")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="pk-models-"))
+    rows = []
+    for name in args.models.split(","):
+        path, shapes = model_file(name, work)
+        pack = work / f"{name}.pkpack"
+        report = portkern.tune(path, target=args.target, shapes=shapes, out=pack, trials=args.trials,
+                               time_budget_s=args.time_budget, per_task_trials=24)
+        session = portkern.Session(path, pack)
+        feeds = random_feeds(session.graph, seed=3)
+        ort_session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        ours, theirs = interleaved_latency(session, ort_session, feeds, args.rounds)
+        want = ort_session.run(None, feeds)
+        got = session.run(feeds)
+        error = max(float(np.linalg.norm(got[o.name] - w) / (np.linalg.norm(w) or 1.0))
+                    for o, w in zip(ort_session.get_outputs(), want))
+        row = {"model": name, "shapes": {k: list(v) for k, v in shapes.items()},
+               "tuning_wall_seconds": report.wall_seconds, "kernels_in_pack": len(session.kernels),
+               "tasks": len(session.tasks), "fallback_tasks": len(session.fallbacks),
+               "portkern_seconds": statistics.median(ours), "onnxruntime_seconds": statistics.median(theirs),
+               "ratio_portkern_over_onnxruntime": statistics.median(ours) / statistics.median(theirs),
+               "rel_l2_vs_onnxruntime": error, "report": report.to_dict()}
+        rows.append(row)
+        print(f"{name:12s} tuned in {report.wall_seconds:5.0f} s, {len(session.kernels)}/{len(session.tasks)} tasks "
+              f"on pack kernels | portkern {row['portkern_seconds'] * 1e3:.2f} ms vs onnxruntime "
+              f"{row['onnxruntime_seconds'] * 1e3:.2f} ms = {row['ratio_portkern_over_onnxruntime']:.2f}x | "
+              f"rel err {error:.1e}", flush=True)
+        Path(args.out).write_text(json.dumps({
+            "benchmark": "whole-model latency with a tuned pack vs onnxruntime (CPU provider)",
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "command": " ".join(sys.argv),
+            "device": {"host": platform.node(), "cpu": platform.processor() or platform.machine(),
+                       **report.fingerprint},
+            "onnxruntime": ort.__version__,
+            "method": f"median of {args.rounds} runs each, portkern and onnxruntime interleaved, same feeds",
+            "rows": rows}, indent=1, default=str))
+    shutil.rmtree(work, ignore_errors=True)
+    ratios = [r["ratio_portkern_over_onnxruntime"] for r in rows]
+    print(f"geomean portkern/onnxruntime latency: {float(np.exp(np.mean(np.log(ratios)))):.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
