@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .backends import get_backend
-from .backends.base import Backend, Program
+from .backends.base import Backend, Program, aligned_empty
 from .errors import PackError
 from .executor import run_graph
 from .hwprofile import load_target
@@ -62,7 +62,7 @@ class Session:
         self.backend: Backend | None = None
         if self.pack is not None:
             self._bind(allow_mismatch)
-        self._constant_buffers: dict[str, Any] = {}
+        self._constant_buffers: dict[tuple[str, str], Any] = {}
 
     def _bind(self, allow_mismatch: bool) -> None:
         assert self.pack is not None
@@ -108,6 +108,11 @@ class Session:
 
             def run_kernel(env: dict[str, np.ndarray], task: Task = task, program: Program = program) -> None:
                 inputs = [self._buffer(name, env, task) for name in task.input_names]
+                if backend.host_memory:  # the kernel writes straight into the arrays the graph reads
+                    arrays = [aligned_empty(spec) for spec in task.outputs]
+                    program(inputs, [backend.view(a) for a in arrays])
+                    env.update(zip(task.output_names, arrays))
+                    return
                 outputs = [backend.empty(spec, 0) for spec in task.outputs]
                 program(inputs, outputs)
                 backend.synchronize()
@@ -122,11 +127,11 @@ class Session:
         if constant is None:
             constant = self.graph.constants.get(name)
         if constant is not None:  # weights move to the device once
-            key = f"{task.key}:{name}"
+            key = (task.nodes[-1].name, name)  # node names are unique in a graph
             if key not in self._constant_buffers:
                 self._constant_buffers[key] = self.backend.to_device(constant)
             return self._constant_buffers[key]
-        return self.backend.to_device(env[name])
+        return self.backend.view(env[name])
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return run_graph(self.graph, dict(feeds), self._overrides() if self.backend is not None else None)

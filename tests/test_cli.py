@@ -91,3 +91,15 @@ def test_no_traceback_from_the_console_script(softmax_model: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "portkern", "inspect", str(softmax_model)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "portkern: error:" in proc.stderr
+
+
+def test_profile_table_and_trace(capsys, softmax_model: Path, tmp_path: Path) -> None:
+    trace = tmp_path / "trace.json"
+    code, out, _ = _run(capsys, "profile", str(softmax_model), "--shape", "x=16x64", "--target", "h200",
+                        "--trace", str(trace))
+    assert code == 0 and "softmax" in out and "headroom" in out
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert len(events) == 1 and events[0]["ph"] == "X" and events[0]["dur"] > 0
+    code, out, _ = _run(capsys, "profile", str(softmax_model), "--shape", "x=16x64", "--target", "h200", "--json")
+    (row,) = json.loads(out)
+    assert row["baseline_seconds"] > 0 and row["floor_seconds"] > 0 and row["count"] == 1

@@ -81,6 +81,17 @@ class Program(Protocol):
     def __call__(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> None: ...
 
 
+HOST_BUFFER_ALIGNMENT = 64  # bytes; host-memory backends share arrays aligned like this
+
+
+def aligned_empty(spec: TensorSpec, alignment: int = HOST_BUFFER_ALIGNMENT) -> np.ndarray:
+    """An uninitialised array whose data starts on an `alignment`-byte boundary."""
+    dtype = np.dtype(spec.dtype)
+    raw = np.empty(spec.nbytes + alignment, dtype=np.uint8)
+    offset = (-raw.ctypes.data) % alignment
+    return raw[offset: offset + spec.nbytes].view(dtype).reshape(spec.shape)
+
+
 class Backend(ABC):
     """Compile, load, move buffers, time. One concrete class per backend module."""
 
@@ -89,6 +100,8 @@ class Backend(ABC):
     simulated: ClassVar[bool] = False
     # what a kernel module of this backend may import; empty: the backend takes no source variants
     allowed_imports: ClassVar[frozenset[str]] = frozenset()
+    # buffers live in host memory and view() shares it: the runtime then skips copies
+    host_memory: ClassVar[bool] = False
 
     def __init__(self, target: Target) -> None:
         self.target = target
@@ -127,6 +140,13 @@ class Backend(ABC):
 
     def empty(self, spec: TensorSpec, fill: float) -> Any:
         return np.full(spec.shape, fill, dtype=spec.dtype)
+
+    def view(self, array: np.ndarray) -> Any:
+        """The array as a buffer for the runtime's hot path: where the device is the host
+        (`host_memory`), a zero-copy view sharing the array's memory when it is aligned to
+        HOST_BUFFER_ALIGNMENT bytes (a copy otherwise); elsewhere a copy. The gate never uses it:
+        its buffers must not share memory with what it compares against."""
+        return self.to_device(array)
 
     def copy_into(self, buffer: Any, array: np.ndarray) -> None:
         """Write new values into an existing buffer (same address): defeats pointer caches."""

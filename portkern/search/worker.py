@@ -129,6 +129,7 @@ class IsolatedRunner:
         try:
             kind, payload = parent.recv()
         except (EOFError, OSError):
+            self._process.join(timeout=5)
             code = self._process.exitcode
             self._stop()
             raise TargetError(f"the {self.target.backend} worker died while starting (exit code {code})") from None

@@ -27,7 +27,7 @@ from ...hwprofile import Target
 from ...ir import TensorSpec
 from ...ort_subgraph import OrtProgram, OrtSubgraphError
 from ...tasks import Task
-from ..base import Artifact, Backend, Candidate, CompileError, Program, Variant
+from ..base import HOST_BUFFER_ALIGNMENT, Artifact, Backend, Candidate, CompileError, Program, Variant
 from . import attention, conv2d, gemm, global_pool, layernorm, pool, softmax
 from .common import nearest_valid
 from .program import TvmProgram
@@ -79,6 +79,7 @@ class TvmBackend(Backend):
 
     name = "tvm"
     device_kinds = frozenset({"cpu"})
+    host_memory = True
 
     def __init__(self, target: Target) -> None:
         super().__init__(target)
@@ -172,6 +173,12 @@ class TvmBackend(Backend):
 
     def to_host(self, buffer: Any) -> np.ndarray:
         return buffer.numpy()
+
+    def view(self, array: np.ndarray) -> Any:
+        array = np.ascontiguousarray(array)
+        if array.ctypes.data % HOST_BUFFER_ALIGNMENT:  # TVM takes only 64-byte aligned memory zero-copy
+            return self.to_device(array)
+        return tvm.runtime.from_dlpack(array)
 
     def empty(self, spec: TensorSpec, fill: float) -> Any:
         return self.to_device(np.full(spec.shape, fill, dtype=spec.dtype))
