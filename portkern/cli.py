@@ -215,6 +215,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         max_tasks=args.max_tasks, seed=args.seed)
     progress = None if args.quiet or args.json else (lambda line: print(line, file=sys.stderr, flush=True))
     report = run_tune(Path(args.model), options, Path(args.out), progress)
+    report.command = " ".join(["portkern", *sys.argv[1:]])
     if args.json:
         print(json.dumps(report.to_dict(), indent=1, default=str))
     else:

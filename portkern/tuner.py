@@ -99,10 +99,13 @@ class TuneReport:
     pack_path: Path | None
     work_dir: Path
     fingerprint: dict[str, str] = field(default_factory=dict)
+    device: str = ""  # the target profile's description (says "simulated" where it is)
+    date: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    command: str = ""  # set by the CLI
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "target": self.target, "backend": self.backend,
-                "fingerprint": self.fingerprint,
+        return {"model": self.model, "target": self.target, "backend": self.backend, "device": self.device,
+                "fingerprint": self.fingerprint, "date": self.date, "command": self.command,
                 "tasks": [o.to_dict() for o in self.outcomes], "end_to_end": self.end_to_end,
                 "tuning_wall_seconds": self.wall_seconds,
                 "pack": str(self.pack_path) if self.pack_path else None, "work_dir": str(self.work_dir)}
@@ -255,7 +258,8 @@ def run_tune(model_path: Path, options: TuneOptions, out: Path | None,
     pack_path = None
     report = TuneReport(model=model_path.name, target=target.name, backend=target.backend,
                         outcomes=outcomes, end_to_end=e2e, wall_seconds=time.time() - started,
-                        pack_path=None, work_dir=work_dir, fingerprint=backend.fingerprint())
+                        pack_path=None, work_dir=work_dir, fingerprint=backend.fingerprint(),
+                        device=target.profile.description)
     if out is not None:
         pack = _assemble_pack(graph, target, backend, outcomes, report)
         pack_path = write_pack(pack, out)
@@ -329,6 +333,11 @@ def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, 
     if best is None or best.seconds is None or result.artifact is None:
         return TaskOutcome(profile, result, "no verified kernel", used)
     outcome = TaskOutcome(profile, result, "kept", used)
+    if backend.baseline(task) is None:
+        # no vendor op on this target: the alternative to a verified kernel is the host's reference
+        # executor, so the best verified kernel ships even where it only matches the default config
+        outcome.status = "kept (the target has no baseline op)"
+        return outcome
     confirmed = _confirm_gain(backend, task, result, options.measure)
     if confirmed is not None:
         outcome.recheck = confirmed
@@ -397,7 +406,7 @@ def _end_to_end(model_path: Path, graph: Graph, backend: Backend, target: Target
             errors.append(float(np.linalg.norm(out - ref) / (np.linalg.norm(ref) or 1.0)))
         return max(errors), session
 
-    kept = [o for o in outcomes if o.status == "kept"]
+    kept = [o for o in outcomes if o.status.startswith("kept")]
     error, session = check(kept)
     while error > tolerance and kept:
         # drop the winner whose removal helps most; a kernel that breaks the model never ships
@@ -449,7 +458,7 @@ def _entry(outcome: TaskOutcome, graph: Graph) -> PackEntry:
 
 def _assemble_pack(graph: Graph, target: Target, backend: Backend, outcomes: list[TaskOutcome],
                    report: TuneReport) -> Pack:
-    entries = {o.profile.task.key: _entry(o, graph) for o in outcomes if o.status == "kept"}
+    entries = {o.profile.task.key: _entry(o, graph) for o in outcomes if o.status.startswith("kept")}
     return Pack(target={"name": target.name, "backend": target.backend, **target.profile.to_dict()},
                 fingerprint=backend.fingerprint(), entries=entries,
                 models={graph.model_hash: {"name": graph.name, "shapes": {k: list(v) for k, v in graph.shapes.items()}}},
