@@ -9,7 +9,7 @@ backend times it on its own buffers.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -51,24 +51,67 @@ def _value_info(name: str, spec: TensorSpec) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, elem, list(spec.shape))
 
 
+def subgraph_model(nodes: Sequence[Node], inputs: Mapping[str, TensorSpec], outputs: Mapping[str, TensorSpec],
+                   constants: Mapping[str, np.ndarray], opset: int, name: str) -> onnx.ModelProto:
+    """Nodes of a graph as a standalone model: constants they read become initializers."""
+    if not nodes:
+        raise OrtSubgraphError(f"{name}: no nodes to rebuild a model from")
+    read = {value for node in nodes for value in node.inputs if value}
+    initializers = [numpy_helper.from_array(np.asarray(value), key)
+                    for key, value in constants.items() if key in read and key not in inputs]
+    graph = helper.make_graph(
+        [_node_proto(node) for node in nodes], name,
+        [_value_info(key, spec) for key, spec in inputs.items()],
+        [_value_info(key, spec) for key, spec in outputs.items()],
+        initializer=initializers,
+    )
+    domains = {node.domain for node in nodes if node.domain and node.domain != "ai.onnx"}
+    opsets = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, 1) for d in sorted(domains)]
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="portkern")
+    model.ir_version = min(model.ir_version, 10)  # what onnxruntime 1.18+ reads
+    return model
+
+
 def task_model(task: Task) -> onnx.ModelProto:
     """The task's subgraph as a model: its nodes, its constants, its inputs and outputs."""
     if not task.nodes:
         raise OrtSubgraphError(f"task {task.label} carries no nodes to rebuild a model from")
-    inputs = set(task.input_names)
-    initializers = [numpy_helper.from_array(np.asarray(value), name)
-                    for name, value in task.constants.items() if name not in inputs]
-    graph = helper.make_graph(
-        [_node_proto(node) for node in task.nodes], f"portkern_{task.key}",
-        [_value_info(name, spec) for name, spec in zip(task.input_names, task.inputs, strict=True)],
-        [_value_info(name, spec) for name, spec in zip(task.output_names, task.outputs, strict=True)],
-        initializer=initializers,
-    )
-    domains = {node.domain for node in task.nodes if node.domain and node.domain != "ai.onnx"}
-    opsets = [helper.make_opsetid("", task.opset)] + [helper.make_opsetid(d, 1) for d in sorted(domains)]
-    model = helper.make_model(graph, opset_imports=opsets, producer_name="portkern")
-    model.ir_version = min(model.ir_version, 10)  # what onnxruntime 1.18+ reads
-    return model
+    return subgraph_model(task.nodes, dict(zip(task.input_names, task.inputs, strict=True)),
+                          dict(zip(task.output_names, task.outputs, strict=True)), task.constants,
+                          task.opset, f"portkern_{task.key}")
+
+
+def session_options(threads: int) -> Any:
+    """onnxruntime options for portkern's sessions: a model runs many of them in turn, so idle
+    pool threads must sleep rather than spin."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
+class OrtGraphPiece:
+    """A run of graph nodes in one onnxruntime session, on host arrays: the runtime's baseline for
+    the stretches of a model that the pack does not cover (glue ops and untuned tasks together)."""
+
+    def __init__(self, model: onnx.ModelProto, threads: int) -> None:
+        import onnxruntime as ort
+
+        try:
+            self.session = ort.InferenceSession(model.SerializeToString(), session_options(threads),
+                                                providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own types for bad graphs
+            raise OrtSubgraphError(f"onnxruntime rejects {model.graph.name}: {str(exc).splitlines()[0]}") from None
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.output_names = [o.name for o in self.session.get_outputs()]
+
+    def __call__(self, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        feeds = {name: values[name] for name in self.input_names}
+        return dict(zip(self.output_names, self.session.run(self.output_names, feeds)))
 
 
 def host_array(buffer: Any) -> np.ndarray:
@@ -82,14 +125,8 @@ class OrtProgram:
     def __init__(self, task: Task, threads: int) -> None:
         import onnxruntime as ort
 
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
-        # a model runs dozens of these sessions in turn: idle pool threads must sleep, not spin
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
-            self.session = ort.InferenceSession(task_model(task).SerializeToString(), options,
+            self.session = ort.InferenceSession(task_model(task).SerializeToString(), session_options(threads),
                                                 providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own types for bad graphs
             raise OrtSubgraphError(f"onnxruntime rejects the subgraph of {task.label}: "

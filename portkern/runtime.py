@@ -20,7 +20,7 @@ from .backends.base import Backend, Program, aligned_empty
 from .errors import PackError
 from .executor import run_graph
 from .hwprofile import load_target
-from .ir import Graph
+from .ir import Graph, Node
 from .onnx_import import load_model
 from .pack import Pack, PackEntry, fingerprint_mismatch, load_pack
 from .partition import partition
@@ -56,7 +56,10 @@ class Session:
                 shapes = _pack_shapes(self.pack, model)
             self.graph = load_model(model, shapes)
         self.tasks = partition(self.graph)
+        self._consumers = self.graph.consumers()
         self.kernels: list[BoundKernel] = []  # the pack's kernels
+        # stretches of the model the pack does not cover, each run by the backend's runtime
+        self.pieces: list[tuple[list[Node], Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]]] = []
         self.baselines: list[BoundKernel] = []  # the backend's baseline op where the pack has none
         self.fallbacks: list[tuple[Task, str]] = []
         self.backend: Backend | None = None
@@ -93,9 +96,47 @@ class Session:
             self.kernels.append(BoundKernel(task, program, entry))
         for task, reason in self.fallbacks:
             log.warning("fallback to the baseline for %s: %s", task.label, reason)
-            baseline = self.backend.baseline(task)
-            if baseline is not None:
-                self.baselines.append(BoundKernel(task, baseline, None))
+        self._cover_rest()
+
+    def _cover_rest(self) -> None:
+        """Run what the pack does not cover in the backend's own runtime: each stretch of
+        consecutive uncovered nodes as one piece where the backend can (glue and untuned tasks
+        together), else each untuned task with the backend's baseline op, else the executor."""
+        assert self.backend is not None
+        covered = {node.name for bound in self.kernels for node in bound.task.nodes}
+        in_pieces: set[str] = set()
+        stretch: list[Node] = []
+        for node in [*self.graph.nodes, None]:
+            if node is not None and node.name not in covered:
+                stretch.append(node)
+                continue
+            if stretch and self._add_piece(stretch):
+                in_pieces.update(n.name for n in stretch)
+            stretch = []
+        for task, _ in self.fallbacks:
+            if not all(node.name in in_pieces for node in task.nodes):
+                baseline = self.backend.baseline(task)
+                if baseline is not None:
+                    self.baselines.append(BoundKernel(task, baseline, None))
+
+    def _add_piece(self, stretch: list[Node]) -> bool:
+        assert self.backend is not None
+        graph = self.graph
+        names = {node.name for node in stretch}
+        produced = [value for node in stretch for value in node.outputs if value]
+        consumers = self._consumers
+        inputs = list(dict.fromkeys(value for node in stretch for value in node.inputs
+                                    if value and value not in produced and value not in graph.constants))
+        outputs = [value for value in produced if value in graph.outputs
+                   or any(user.name not in names for user in consumers.get(value, []))]
+        if not outputs:
+            return False
+        piece = self.backend.host_baseline(stretch, {v: graph.values[v] for v in inputs},
+                                           {v: graph.values[v] for v in outputs}, graph.constants, graph.opset)
+        if piece is None:
+            return False
+        self.pieces.append((stretch, piece))
+        return True
 
     def _overrides(self) -> dict[str, Callable[[dict[str, np.ndarray]], None]]:
         assert self.backend is not None
@@ -119,6 +160,13 @@ class Session:
                 for name, buffer in zip(task.output_names, outputs):
                     env[name] = backend.to_host(buffer)
             overrides[task.nodes[-1].name] = run_kernel
+        for stretch, piece in self.pieces:
+            for node in stretch[:-1]:
+                overrides[node.name] = _skip
+
+            def run_piece(env: dict[str, np.ndarray], piece: Callable[..., dict[str, np.ndarray]] = piece) -> None:
+                env.update(piece(env))
+            overrides[stretch[-1].name] = run_piece
         return overrides
 
     def _buffer(self, name: str, env: dict[str, np.ndarray], task: Task) -> Any:

@@ -113,6 +113,7 @@ class TuneReport:
 
 Progress = Callable[[str], None]
 MAX_ROUNDS = 4  # proposer rounds per task: builtin first, then what rules / an LLM derive
+E2E_NOISE = 0.03  # whole-model latency differences below this are noise
 
 
 def allocate_trials(profiles: Sequence[TaskProfile], total: int, cap: int, minimum: int) -> dict[str, int]:
@@ -390,11 +391,16 @@ def _end_to_end(model_path: Path, graph: Graph, backend: Backend, target: Target
     expected = dict(zip(output_names, ort_session.run(None, feeds)))
     tolerance = _e2e_tolerance(graph, options)
 
-    def check(kept: list[TaskOutcome]) -> tuple[float, Any]:
+    def session_with(kept: list[TaskOutcome]) -> Session:
         entries = {o.profile.task.key: _entry(o, graph) for o in kept}
-        pack = Pack(target={"name": target.name, "backend": target.backend}, fingerprint=backend.fingerprint(),
-                    entries=entries)
-        session = Session(graph, pack)
+        return Session(graph, Pack(target={"name": target.name, "backend": target.backend},
+                                   fingerprint=backend.fingerprint(), entries=entries))
+
+    def latency(kept: list[TaskOutcome]) -> float:
+        return float(np.median(session_with(kept).latency(feeds, repeats=7)))
+
+    def check(kept: list[TaskOutcome]) -> tuple[float, Any]:
+        session = session_with(kept)
         got = session.run(feeds)
         errors = []
         for name in graph.outputs:
@@ -415,6 +421,19 @@ def _end_to_end(model_path: Path, graph: Graph, backend: Backend, target: Target
         culprit.status = f"dropped: model error {error:.2g} with it, {best_error:.2g} without"
         say(f"end-to-end: {culprit.profile.task.label} breaks the model output: dropped")
         kept.remove(culprit)
+        error, session = check(kept)
+    if kept and not backend.simulated:
+        # a kernel faster alone can still slow the model (it splits what the baseline runtime
+        # fuses): one pass, each winner out in turn, dropped where the model runs faster without it
+        current = latency(kept)
+        for outcome in list(kept):
+            without = latency([k for k in kept if k is not outcome])
+            if without < current * (1 - E2E_NOISE):
+                outcome.status = (f"dropped: the model runs faster without it "
+                                  f"({current * 1e3:.3g} -> {without * 1e3:.3g} ms)")
+                say(f"end-to-end: {outcome.profile.task.label} slows the model: dropped")
+                kept.remove(outcome)
+                current = without
         error, session = check(kept)
     baseline_session = Session(graph, None)
     repeats = 5

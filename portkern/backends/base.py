@@ -16,7 +16,7 @@ from typing import Any, Callable, ClassVar, Mapping, Protocol, Sequence
 import numpy as np
 
 from ..hwprofile import Target
-from ..ir import TensorSpec
+from ..ir import Node, TensorSpec
 from ..tasks import Task
 
 
@@ -125,6 +125,14 @@ class Backend(ABC):
 
     def baseline(self, task: Task) -> Program | None:
         """The vendor/framework implementation of the task, timed by `profile`; None if none."""
+        return None
+
+    def host_baseline(self, nodes: Sequence[Node], inputs: Mapping[str, TensorSpec],
+                      outputs: Mapping[str, TensorSpec], constants: Mapping[str, np.ndarray],
+                      opset: int) -> Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]] | None:
+        """The vendor runtime for a stretch of the model on host arrays (values by name in, the
+        stretch's outputs by name out); the runtime runs what a pack does not cover this way.
+        None: not available, the runtime falls back task by task."""
         return None
 
     def modeled_seconds(self, program: Program) -> float | None:

@@ -16,7 +16,7 @@ import time
 import types
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import tvm
@@ -24,8 +24,8 @@ import tvm_ffi
 from tvm_ffi import get_global_func
 
 from ...hwprofile import Target
-from ...ir import TensorSpec
-from ...ort_subgraph import OrtProgram, OrtSubgraphError
+from ...ir import Node, TensorSpec
+from ...ort_subgraph import OrtGraphPiece, OrtProgram, OrtSubgraphError, subgraph_model
 from ...tasks import Task
 from ..base import HOST_BUFFER_ALIGNMENT, Artifact, Backend, Candidate, CompileError, Program, Variant
 from . import attention, conv2d, gemm, global_pool, layernorm, pool, softmax
@@ -164,6 +164,16 @@ class TvmBackend(Backend):
         """onnxruntime on the task's subgraph, reading and writing these TVM tensors in place."""
         try:
             return OrtProgram(task, threads=self.target.profile.cores)
+        except OrtSubgraphError:
+            return None
+
+    def host_baseline(self, nodes: Sequence[Node], inputs: Mapping[str, TensorSpec],
+                      outputs: Mapping[str, TensorSpec], constants: Mapping[str, np.ndarray],
+                      opset: int) -> Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]] | None:
+        """onnxruntime on the stretch, as one session."""
+        try:
+            model = subgraph_model(nodes, inputs, outputs, constants, opset, f"portkern_{nodes[0].name}")
+            return OrtGraphPiece(model, threads=self.target.profile.cores)
         except OrtSubgraphError:
             return None
 
