@@ -434,6 +434,13 @@ def _end_to_end(model_path: Path, graph: Graph, backend: Backend, target: Target
                 say(f"end-to-end: {outcome.profile.task.label} slows the model: dropped")
                 kept.remove(outcome)
                 current = without
+        alone = latency([]) if kept else current
+        if alone < current * (1 - E2E_NOISE):  # together they still cost more than they save
+            for outcome in kept:
+                outcome.status = (f"dropped: the model runs faster on the baseline alone "
+                                  f"({current * 1e3:.3g} -> {alone * 1e3:.3g} ms)")
+            say(f"end-to-end: the model runs faster without the {len(kept)} remaining kernels: dropped")
+            kept = []
         error, session = check(kept)
     baseline_session = Session(graph, None)
     repeats = 5
