@@ -1,8 +1,10 @@
 """Elementwise chains, triton-ascend style: one program per vector core loops over BLOCK-element
 tiles of the flattened tensors. The expression (attrs["expr"]) is compiled into the kernel as
 constexpr step names and operand slots, so one source serves every chain of up to four steps in
-which each step reads task inputs, the step before it, or scalar constants. Other expressions
-(broadcast inputs, casts, where, a step reading an older step) are refused in constraints().
+which each step reads task inputs, the step before it, or scalar constants; `where` selects
+between two scalars on a condition (an attention mask's preparation). Other expressions
+(broadcast inputs, casts, where between tensors, a step reading an older step) are refused in
+constraints().
 """
 import triton
 import triton.language as tl
@@ -13,13 +15,14 @@ SPACE = {"BLOCK": [1024, 2048, 4096, 8192, 16384], "PROGRAMS": [24, 32, 40, 48],
 DEFAULT = {"BLOCK": 4096, "PROGRAMS": 48, "BUFFERS": 2}
 
 ITEMSIZE = {"float16": 2, "float32": 4}
+INPUT_ITEMSIZE = {**ITEMSIZE, "bool": 1}  # a condition input of `where` may be bool
 MAX_STEPS = 4
 MAX_INPUTS = 4
 PREVIOUS, SCALAR, NONE = 4, 5, -1  # operand slots beyond the inputs' 0..3
 # vector passes per element (transcendentals take several)
 STEP_COST = {"add": 1, "sub": 1, "mul": 1, "div": 2, "max": 1, "min": 1, "square": 1, "cube": 2,
              "sqrt": 2, "exp": 4, "log": 4, "tanh": 6, "sigmoid": 5, "relu": 1, "erf": 6, "neg": 1,
-             "abs": 1, "reciprocal": 2, "gelu": 9, "gelu_tanh": 10}
+             "abs": 1, "reciprocal": 2, "gelu": 9, "gelu_tanh": 10, "where": 1}
 BINARY = ("add", "sub", "mul", "div", "max", "min")
 POWERS = {2.0: "square", 3.0: "cube", 0.5: "sqrt"}
 
@@ -34,6 +37,12 @@ def _steps(task):
             op, args = POWERS[float(args[1])], args[:1]
         if op not in STEP_COST:
             return f"expression step '{op}' is not supported by this variant"
+        if op == "where":
+            condition, chosen, other = args
+            if not isinstance(condition, str) or isinstance(chosen, str) or isinstance(other, str):
+                return "where is supported between two scalars only"
+            args = [condition]
+            scalar_branches = (float(chosen), float(other))
         slots, scalars = [], []
         for arg in args:
             if not isinstance(arg, str):
@@ -49,6 +58,8 @@ def _steps(task):
             scalars.append(0.0)
         slots += [NONE] * (2 - len(slots))
         scalars += [0.0] * (2 - len(scalars))
+        if op == "where":  # the two branches ride in the scalar slots
+            scalars = list(scalar_branches)
         steps.append((op, slots[0], slots[1], scalars[0], scalars[1]))
     return steps
 
@@ -56,7 +67,7 @@ def _steps(task):
 def constraints(task, config, target):
     if task.dtype not in ITEMSIZE or task.outputs[0].dtype not in ITEMSIZE:
         return f"{task.dtype} is not supported here (fp32/fp16 only)"
-    if any(spec.shape != task.outputs[0].shape or spec.dtype != task.dtype for spec in task.inputs):
+    if any(spec.shape != task.outputs[0].shape or spec.dtype not in (task.dtype, "bool") for spec in task.inputs):
         return "inputs must all have the output's shape and dtype (no broadcasting in this variant)"
     if len(task.inputs) > MAX_INPUTS:
         return f"more than {MAX_INPUTS} inputs"
@@ -79,7 +90,8 @@ def schedule(task, config, target):
     return {
         "core": "vector", "programs": programs, "tiles": triton.cdiv(n_tiles, programs), "total_tiles": n_tiles,
         "buffers": config["BUFFERS"],
-        "per_tile": {"gm_to_ub": inputs * moved * size, "ub_to_gm": moved * ITEMSIZE[task.outputs[0].dtype],
+        "per_tile": {"gm_to_ub": moved * sum(INPUT_ITEMSIZE[spec.dtype] for spec in task.inputs),
+                     "ub_to_gm": moved * ITEMSIZE[task.outputs[0].dtype],
                      "vector_ops": block * cost},
         "transfers": {"gm_to_ub": inputs},
         "live": {"ub": config["BUFFERS"] * (inputs + 1) * block * size + 2 * block * 4},
@@ -147,6 +159,8 @@ def _step(OP: tl.constexpr, A: tl.constexpr, B: tl.constexpr, x0, x1, x2, x3, pr
         y = tl.abs(a)
     elif OP == "reciprocal":
         y = 1.0 / a
+    elif OP == "where":
+        y = tl.where(a != 0.0, scalar_a, b)
     elif OP == "gelu":
         y = 0.5 * a * (1.0 + tl.erf(a * 0.7071067811865476))
     else:  # gelu_tanh
