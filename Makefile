@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q --upgrade pip
 	# the CPU build of torch first, so no extra pulls a multi-GB CUDA build
 	$(BIN)/python -m pip install -q "torch==2.13.0"
-	$(BIN)/python -m pip install -q -e ".[triton,tvm,export,postgres,test]"
+	$(BIN)/python -m pip install -q -e ".[triton,tvm,npu,export,postgres,test]"
 	touch $(STAMP)
 
 test: $(STAMP)
