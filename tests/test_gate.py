@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 from portkern.backends.base import Candidate, Variant
-from portkern.backends.kernel_module import read_header
-from portkern.backends.triton.modules import expand_includes
+from portkern.backends.kernel_module import expand_includes, read_header
 from portkern.hwprofile import load_target
 from portkern.measure import MeasureOptions
 from portkern.search.worker import IsolatedRunner, TrialJob

@@ -68,13 +68,9 @@ class TableRunner:
         self.backend = backend
 
     def run(self, job: TrialJob) -> tuple[TrialRecord, Artifact | None]:
-        candidate = job.candidate
-        seconds = self.table[candidate.key()]
-        record = TrialRecord(task_key=job.task.key, backend=self.backend, variant=candidate.variant.name,
-                             origin=candidate.variant.origin, config=candidate.params,
-                             candidate_key=candidate.key(), status="ok" if seconds is not None else "invalid",
-                             reason="" if seconds is not None else "rejected by constraints",
-                             floor_seconds=job.floor_seconds)
+        seconds = self.table[job.candidate.key()]
+        record = (job.record(self.backend, "ok") if seconds is not None
+                  else job.record(self.backend, "invalid", "rejected by constraints"))
         if seconds is not None:
             record.measurement = Measurement(times=[seconds], method="replayed from the exhaustive table",
                                              simulated=True)

@@ -15,8 +15,9 @@ contract's imports and rejects anything that could cheat the gate or escape the 
 from __future__ import annotations
 
 import ast
+import re
 import types
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from .base import Variant
 
@@ -52,8 +53,30 @@ _FORBIDDEN_ATTRS = frozenset({
 })
 
 
-class KernelSourceError(Exception):
+class KernelSourceError(ValueError):
     """The source breaks the kernel-module contract or the static check."""
+
+
+_INCLUDE_LINE = re.compile(r"^# include: (\w+)[ \t]*$", re.M)
+
+
+def expand_includes(text: str, read: Callable[[str], str]) -> str:
+    """Replace each `# include: NAME` line by the (expanded) text of _NAME.py; a name already
+    included leaves a marker comment, and a cycle is an error."""
+    done: set[str] = set()
+
+    def expand(text: str, stack: frozenset[str]) -> str:
+        def replace(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name in stack:
+                raise KernelSourceError(f"include cycle through '{name}'")
+            if name in done:
+                return f"# ({name} is included above)"
+            done.add(name)
+            return expand(read(name), stack | {name}).rstrip("\n")
+        return _INCLUDE_LINE.sub(replace, text)
+
+    return expand(text, frozenset())
 
 
 def static_check(source: str, allowed_imports: Iterable[str]) -> None:

@@ -34,6 +34,14 @@ class TrialJob:
     gate: GateOptions = field(default_factory=GateOptions)
     measure: MeasureOptions = field(default_factory=MeasureOptions)
 
+    def record(self, backend: str, status: str, reason: str = "") -> TrialRecord:
+        """The trial's record before any evidence is attached."""
+        candidate = self.candidate
+        return TrialRecord(task_key=self.task.key, backend=backend, variant=candidate.variant.name,
+                           origin=candidate.variant.origin, config=candidate.params,
+                           candidate_key=candidate.key(), status=status, reason=reason,
+                           floor_seconds=self.floor_seconds)
+
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
@@ -44,11 +52,7 @@ def execute_trial(backend: Backend, job: TrialJob) -> tuple[TrialRecord, Artifac
     """check -> compile -> load -> gate -> time -> floor check. Failures become statuses."""
     start = time.perf_counter()
     candidate, task = job.candidate, job.task
-    record = TrialRecord(
-        task_key=task.key, backend=backend.name, variant=candidate.variant.name,
-        origin=candidate.variant.origin, config=candidate.params, candidate_key=candidate.key(),
-        status="ok", floor_seconds=job.floor_seconds,
-    )
+    record = job.record(backend.name, "ok")
 
     def finish(status: str, reason: str = "", artifact: Artifact | None = None):
         record.status, record.reason = status, reason
@@ -167,11 +171,8 @@ class IsolatedRunner:
         return self._failed(job, "timeout", f"no result within {self.timeout_s:.0f} s: killed", started)
 
     def _failed(self, job: TrialJob, status: str, reason: str, started: float):
-        record = TrialRecord(
-            task_key=job.task.key, backend=self.target.backend, variant=job.candidate.variant.name,
-            origin=job.candidate.variant.origin, config=job.candidate.params,
-            candidate_key=job.candidate.key(), status=status, reason=reason,
-            floor_seconds=job.floor_seconds, wall_seconds=time.perf_counter() - started)
+        record = job.record(self.target.backend, status, reason)
+        record.wall_seconds = time.perf_counter() - started
         return record, None
 
     def close(self) -> None:

@@ -21,7 +21,7 @@ from ...hwprofile import Target
 from ...ir import TensorSpec
 from ...tasks import Task
 from ..base import Artifact, Backend, Candidate, CompileError, Program, Variant
-from ..kernel_module import KernelSourceError, variant_from_source
+from ..kernel_module import KernelSourceError, expand_includes, variant_from_source
 from ..triton.modules import ALLOWED_IMPORTS, interpreted_language, kernel_module
 from .simulator import COST_MODEL_VERSION, Chip, Estimate, Schedule, ScheduleError, simulate, violations
 
@@ -60,9 +60,15 @@ class NpuBackend(Backend):
     # --- kernels ---------------------------------------------------------------------------
     @staticmethod
     def builtin_sources() -> dict[str, str]:
-        """kernels/*.py by name: the built-in variant library."""
+        """kernels/*.py by name: the built-in variant library (`# include: NAME` lines expanded
+        from kernels/_NAME.py, as for Triton's built-ins, so each source stands alone)."""
         folder = resources.files(__package__).joinpath("kernels")
-        return {entry.name[:-3]: entry.read_text() for entry in sorted(folder.iterdir(), key=lambda e: e.name)
+
+        def read(name: str) -> str:
+            return str(folder.joinpath(f"_{name}.py").read_text())
+
+        return {entry.name[:-3]: expand_includes(entry.read_text(), read)
+                for entry in sorted(folder.iterdir(), key=lambda e: e.name)
                 if entry.name.endswith(".py") and not entry.name.startswith("_")}
 
     def variants(self, task: Task) -> list[Variant]:

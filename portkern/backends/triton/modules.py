@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import re
 import sys
 import threading
 import types
@@ -35,11 +34,10 @@ from triton.runtime.jit import JITFunction
 from ...ir import TensorSpec
 from ...tasks import Task
 from ..base import Variant
-from ..kernel_module import load_module, variant_from_source
+from ..kernel_module import expand_includes, load_module, variant_from_source
 
 BACKEND_NAME = "triton"
 ALLOWED_IMPORTS = frozenset({"triton", "triton.language", "math"})
-_INCLUDE = re.compile(r"^# include: (\w+)[ \t]*$", re.M)
 _MODE_LOCK = threading.RLock()
 _MODULES: dict[tuple[str, str, bool], types.ModuleType] = {}
 _MISSING = object()
@@ -47,25 +45,6 @@ _MISSING = object()
 
 def _kernel_files() -> Any:
     return resources.files("portkern.backends.triton").joinpath("kernels")
-
-
-def expand_includes(text: str, read: Callable[[str], str]) -> str:
-    """Replace each `# include: NAME` line by the (expanded) text of _NAME.py; a name already
-    included leaves a marker comment, and a cycle is an error."""
-    done: set[str] = set()
-
-    def expand(text: str, stack: frozenset[str]) -> str:
-        def replace(match: re.Match[str]) -> str:
-            name = match.group(1)
-            if name in stack:
-                raise ValueError(f"include cycle through '{name}'")
-            if name in done:
-                return f"# ({name} is included above)"
-            done.add(name)
-            return expand(read(name), stack | {name}).rstrip("\n")
-        return _INCLUDE.sub(replace, text)
-
-    return expand(text, frozenset())
 
 
 def builtin_variants() -> list[Variant]:

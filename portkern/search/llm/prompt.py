@@ -8,7 +8,6 @@ words, the static check's reason, or the gate's per-seed errors).
 from __future__ import annotations
 
 import inspect
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,7 @@ import numpy as np
 from ... import tasks as tasks_module
 from ...backends import kernel_module
 from ...backends.base import Backend
-from ...backends.kernel_module import KernelSourceError, read_header
+from ...backends.kernel_module import KernelSourceError, expand_includes, read_header
 from ...errors import PortkernError
 from ...ir import TensorSpec
 from ...tasks import Task
@@ -30,7 +29,6 @@ from .client import Message
 _MAX_SOURCE_CHARS = 12_000  # one kernel in a prompt (examples, best, previous attempt)
 _MAX_ERROR_CHARS = 3_000  # compiler output: its tail holds the error
 _MAX_CHECKS = 8
-_INCLUDE_LINE = re.compile(r"^# include: (\w+)[ \t]*$", re.M)
 
 
 @dataclass
@@ -80,15 +78,11 @@ def kernel_files(backend: Backend) -> list[Path]:
     return [p for p in sorted(folder.glob("*.py")) if not p.name.startswith("_")] if folder.is_dir() else []
 
 
-def complete_source(path: Path, seen: frozenset[str] = frozenset()) -> str:
+def complete_source(path: Path) -> str:
     """A kernel file with its `# include: NAME` lines replaced by kernels/_NAME.py, as the backend
     reads its library: an example must be a whole module, because a proposal has to be one."""
-    def inline(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name in seen:
-            raise KernelSourceError(f"include cycle through '{name}' in {path.name}")
-        return complete_source(path.with_name(f"_{name}.py"), seen | {name}).rstrip("\n")
-    return _INCLUDE_LINE.sub(inline, path.read_text(encoding="utf-8"))
+    return expand_includes(path.read_text(encoding="utf-8"),
+                           lambda name: path.with_name(f"_{name}.py").read_text(encoding="utf-8"))
 
 
 def pick_examples(files: Sequence[Path], kind: str, limit: int = 2) -> list[str]:

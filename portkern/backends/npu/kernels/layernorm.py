@@ -10,24 +10,8 @@ PRECISION = "fp32"
 SPACE = {"ROWS": [1, 2, 4, 8, 16, 32], "PROGRAMS": [24, 32, 40, 48], "BUFFERS": [1, 2, 3]}
 DEFAULT = {"ROWS": 4, "PROGRAMS": 48, "BUFFERS": 2}
 
-ITEMSIZE = {"float16": 2, "float32": 4}
+# include: vector_rows
 VECTOR_OPS_PER_ELEMENT = 9  # cast, sum, sub, square, sum, scale by rstd, gamma, beta, cast back
-
-
-def _geometry(task, config):
-    n_cols = task.inputs[0].shape[-1]
-    n_rows = task.inputs[0].numel // n_cols
-    itemsize = ITEMSIZE[task.dtype]
-    block_n = max(triton.next_power_of_2(n_cols), 32 // itemsize)
-    n_tiles = triton.cdiv(n_rows, config["ROWS"])
-    programs = min(config["PROGRAMS"], n_tiles)
-    return n_rows, n_cols, itemsize, block_n, n_tiles, programs
-
-
-def constraints(task, config, target):
-    if task.dtype not in ITEMSIZE:
-        return f"{task.dtype} is not supported here (fp32/fp16 only)"
-    return None
 
 
 def schedule(task, config, target):
