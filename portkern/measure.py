@@ -1,7 +1,8 @@
 """The measurement harness every backend shares: warm-up, rotating inputs, median of many runs.
 
-Backends only provide `time_once` (device events with a device-wide sync on GPUs, a host clock on
-CPUs) or, for simulated hardware, `modeled_seconds`. How the times were taken is recorded with them.
+Backends only provide `time_once` (device events behind a spin kernel on GPUs, so launch cost is
+not counted; a host clock on CPUs) or, for simulated hardware, `modeled_seconds`. How the times
+were taken is recorded with them.
 """
 from __future__ import annotations
 
@@ -47,5 +48,5 @@ def time_program(backend: Backend, program: Program, task: Task,
         if spent > options.max_seconds and len(times) >= 5:
             break
     method = (f"{backend.name}: median of {len(times)} runs after {options.warmup} warm-up, "
-              f"{len(sets)} rotating input sets, device synchronized around each run")
+              f"{len(sets)} rotating input sets, each run timed alone ({backend.timing_method})")
     return Measurement(times=times, method=method)

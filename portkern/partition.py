@@ -492,7 +492,15 @@ def _match_attention(ctx: _Context, scores_mm: Node) -> _Match | None:
     attrs = {"scale": canonical_float(scale), "k_transposed": not k_swapped, "mask": mask is not None,
              "causal": causal}
     inputs = [q, k, v] + ([mask] if mask is not None else [])
-    return _Match("attention", covers, inputs, out_mm.outputs[0], attrs, 4 * b * h * s * sk * d)
+    return _Match("attention", covers, inputs, out_mm.outputs[0], attrs, 4 * b * h * _scored_pairs(s, sk, causal) * d)
+
+
+def _scored_pairs(s: int, sk: int, causal: bool) -> int:
+    """Query-key pairs attention must score: all of them, or (causal, bottom-right aligned) those
+    with key <= query + (sk - s); a kernel that skips the masked blocks does only these."""
+    if not causal:
+        return s * sk
+    return sum(min(sk, max(0, row + sk - s + 1)) for row in range(s))
 
 
 def _is_last_axis_softmax(ctx: _Context, node: Node) -> bool:

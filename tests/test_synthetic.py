@@ -114,7 +114,8 @@ def test_attention_with_mask_and_causal(k_transposed: bool) -> None:
     assert _specs(task) == [((b, h, s, d), "float32"), (k_shape, "float32"), ((b, h, sk, d), "float32"),
                             ((b, 1, s, sk), "float32")]
     assert dict(task.attrs) == {"scale": 0.5, "k_transposed": k_transposed, "mask": True, "causal": True}
-    assert task.flops == 4 * b * h * s * sk * d
+    # causal, bottom-right aligned: query row i scores keys 0..i+(sk-s), i.e. 3+4+5+6+7 pairs
+    assert task.flops == 4 * b * h * (3 + 4 + 5 + 6 + 7) * d
     q, k, v, mask = _inputs(task)
     keys_t = k if k_transposed else np.swapaxes(k, -1, -2)
     allowed = np.arange(sk)[None, :] <= np.arange(s)[:, None] + (sk - s)

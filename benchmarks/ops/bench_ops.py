@@ -30,8 +30,9 @@ from portkern.profile import floor_seconds
 from portkern.search.records import RecordLog
 from portkern.search.strategy import ArtifactStore, SearchOptions, search_workload
 from portkern.search.worker import InProcessRunner
-from portkern.synthetic import attention_task, gemm_task, layernorm_task, rmsnorm_task, softmax_task
+from portkern.synthetic import attention_task, conv2d_task, gemm_task, layernorm_task, rmsnorm_task, softmax_task
 from portkern.tasks import Task
+from portkern.tuner import TaskCatalog
 from portkern.verify import GateOptions
 
 
@@ -40,7 +41,8 @@ def suites(smoke: bool) -> dict[str, list[tuple[str, Task]]]:
         return {"memory": [("softmax 64x300", softmax_task(64, 300, "float16"))],
                 "gemv": [("gemv m1 96x80", gemm_task(1, 96, 80, "float16", trans_b=True))],
                 "gemm": [("gemm 70x60x50", gemm_task(70, 60, 50, "float16"))],
-                "attention": [("attn b1h2s32d16", attention_task(1, 2, 32, 16, "float16"))]}
+                "attention": [("attn b1h2s32d16", attention_task(1, 2, 32, 16, "float16"))],
+                "conv": [("conv 3x3 b1 c8 10x10", conv2d_task(1, 8, 10, 10, 16, 3, 3, "float16", pad=1))]}
     memory = [("softmax 16384x4096", softmax_task(16384, 4096, "float16")),
               ("layernorm 16384x4096", layernorm_task(16384, 4096, "float16")),
               ("rmsnorm 16384x4096", rmsnorm_task(16384, 4096, "float16"))]
@@ -52,7 +54,13 @@ def suites(smoke: bool) -> dict[str, list[tuple[str, Task]]]:
     attention = [("attn b32 h12 s128 d64", attention_task(32, 12, 128, 64, "float16")),
                  ("attn b8 h12 s512 d64", attention_task(8, 12, 512, 64, "float16")),
                  ("attn causal b4 h32 s2048 d128", attention_task(4, 32, 2048, 128, "float16", causal=True))]
-    return {"memory": memory, "gemv": gemv, "gemm": gemm, "attention": attention}
+    # ResNet-50's convolutions at batch 32 (BN folded into the bias, ReLU fused as in its blocks)
+    conv = [(f"conv {kh}x{kh} s{stride} c{c} oc{oc} {hw}x{hw}",
+             conv2d_task(32, c, hw, hw, oc, kh, kh, "float16", stride=stride, pad=kh // 2, activation="relu"))
+            for c, oc, hw, kh, stride in ((3, 64, 224, 7, 2), (64, 64, 56, 3, 1), (64, 256, 56, 1, 1),
+                                          (256, 64, 56, 1, 1), (128, 128, 28, 3, 1), (256, 256, 14, 3, 1),
+                                          (1024, 256, 14, 1, 1), (512, 512, 7, 3, 1), (512, 2048, 7, 1, 1))]
+    return {"memory": memory, "gemv": gemv, "gemm": gemm, "attention": attention, "conv": conv}
 
 
 def time_callable(backend: Any, fn: Callable[[list[Any]], Any], sets: list[list[Any]], repeats: int) -> list[float]:
@@ -70,7 +78,7 @@ def rate(task: Task, seconds: float, target: Any) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--suite", default="memory,gemv,gemm,attention")
+    parser.add_argument("--suite", default="memory,gemv,gemm,attention,conv")
     parser.add_argument("--trials", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--out", default="bench_ops.json")
@@ -88,6 +96,8 @@ def main() -> int:
     runner = InProcessRunner(backend)
     measure = MeasureOptions(warmup=5, repeats=args.repeats if not args.smoke else 3, input_sets=3)
     gate = GateOptions(seeds=(11, 23))
+    catalog = TaskCatalog(work / "tasks.jsonl")  # seeds each case with the nearest tuned shape's best
+    log = RecordLog(work / "records.jsonl")
     rows: list[dict[str, Any]] = []
     chosen = suites(args.smoke)
     run_started = time.time()
@@ -101,9 +111,11 @@ def main() -> int:
             floor = floor_seconds(task, target)
             started = time.time()
             variants = backend.variants(task)
+            nearest = catalog.nearest(task, log, {v.name: v for v in variants})
+            catalog.add(task)
             result = search_workload(
-                task, variants, runner, storage=f"sqlite:///{work / 'study.db'}",
-                log=RecordLog(work / "records.jsonl"), store=ArtifactStore(work / "artifacts"),
+                task, variants, runner, storage=f"sqlite:///{work / 'study.db'}", seeds=[nearest] if nearest else [],
+                log=log, store=ArtifactStore(work / "artifacts"),
                 floor_seconds=floor, backend=backend.name, gate=gate, measure=measure,
                 options=SearchOptions(trials=args.trials, patience=max(8, args.trials // 2),
                                       deadline=time.time() + args.case_seconds))
@@ -111,7 +123,7 @@ def main() -> int:
             statuses: dict[str, int] = {}
             for record in result.records:
                 statuses[record.status] = statuses.get(record.status, 0) + 1
-            row: dict[str, Any] = {"case": name, "suite": suite, "task": task.describe(), "flops": task.flops,
+            row: dict[str, Any] = {"case": name, "seeded_from_nearest_shape": nearest.params if nearest else None, "suite": suite, "task": task.describe(), "flops": task.flops,
                                    "min_bytes": task.min_bytes, "floor_seconds": floor, "tune_seconds": tune_s,
                                    "trials": result.measured, "statuses": statuses,
                                    "stop_reason": result.stop_reason, "variants": [v.name for v in variants],
@@ -145,17 +157,18 @@ def main() -> int:
             print(f"{name:34s} " + "  ".join(f"{k}={v * 1e6:9.1f}us ({row['rates'][k]}, {row['floor_fraction'][k]:.0%} floor)"
                                               for k, v in timings.items())
                   + f"  | portkern vs: {speed} | {result.measured} trials {tune_s:.0f}s {statuses}", flush=True)
-            Path(args.out).write_text(json.dumps(_document(args, fingerprint, rows), indent=1, default=str))
+            Path(args.out).write_text(json.dumps(_document(args, fingerprint, backend.timing_method, rows), indent=1, default=str))
     return 0
 
 
-def _document(args: argparse.Namespace, fingerprint: dict[str, str], rows: list[dict[str, Any]]) -> dict[str, Any]:
+def _document(args: argparse.Namespace, fingerprint: dict[str, str], timing: str,
+              rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"benchmark": "portkern op-level, tuned by portkern's search per shape",
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
             "command": " ".join(sys.argv), "device": fingerprint, "host": platform.node(),
             "python": platform.python_version(), "torch": torch.__version__,
-            "method": "CUDA events around each run with a device-wide synchronize; median of N runs after "
-                      "warm-up; 3 rotating input sets; all runners timed in the same process, same inputs",
+            "method": f"{timing}; median of N runs after warm-up; 3 rotating input sets; all runners "
+                      "timed in the same process, same inputs",
             "rows": rows}
 
 

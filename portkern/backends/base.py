@@ -15,6 +15,7 @@ from typing import Any, Callable, ClassVar, Mapping, Protocol, Sequence
 
 import numpy as np
 
+from ..executor import run_nodes
 from ..hwprofile import Target
 from ..ir import Node, TensorSpec
 from ..tasks import Task
@@ -81,6 +82,39 @@ class Program(Protocol):
     def __call__(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> None: ...
 
 
+@dataclass
+class StretchPiece:
+    """A stretch of graph nodes that one call runs (Backend.stretch_runner): values by name in,
+    the stretch's outputs by name out. `host_nodes` are those it sends to the reference executor
+    on the host (with why), which the runtime reports: a device round trip each."""
+
+    run: Callable[[Mapping[str, Any]], dict[str, Any]]
+    host_nodes: tuple[tuple[Node, str], ...] = ()
+
+
+class ExecutorStretch:
+    """Nodes run by the numpy reference executor on the host, for a backend that has no runtime
+    for them: inputs come through `to_host`, outputs go back through `to_device` (identities
+    where the runtime's values are host arrays)."""
+
+    def __init__(self, nodes: Sequence[Node], outputs: Sequence[str], constants: Mapping[str, np.ndarray],
+                 opset: int, to_host: Callable[[Any], np.ndarray], to_device: Callable[[np.ndarray], Any]) -> None:
+        produced = {value for node in nodes for value in node.outputs}
+        self.nodes = list(nodes)
+        self.inputs = list(dict.fromkeys(value for node in nodes for value in node.inputs
+                                         if value and value not in produced))
+        self.outputs = list(outputs)
+        self.constants = constants
+        self.opset = opset
+        self.to_host, self.to_device = to_host, to_device
+
+    def __call__(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        env = {name: self.constants[name] if name in self.constants else self.to_host(values[name])
+               for name in self.inputs}
+        run_nodes(self.nodes, env, self.opset)
+        return {name: self.to_device(env[name]) for name in self.outputs}
+
+
 HOST_BUFFER_ALIGNMENT = 64  # bytes; host-memory backends share arrays aligned like this
 
 
@@ -127,12 +161,18 @@ class Backend(ABC):
         """The vendor/framework implementation of the task, timed by `profile`; None if none."""
         return None
 
-    def host_baseline(self, nodes: Sequence[Node], inputs: Mapping[str, TensorSpec],
-                      outputs: Mapping[str, TensorSpec], constants: Mapping[str, np.ndarray],
-                      opset: int) -> Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]] | None:
-        """The vendor runtime for a stretch of the model on host arrays (values by name in, the
-        stretch's outputs by name out); the runtime runs what a pack does not cover this way.
-        None: not available, the runtime falls back task by task."""
+    # what stretch_runner is given: True: every stretch the pack leaves uncovered, untuned tasks
+    # included (a graph runtime such as onnxruntime fuses across them); False: untuned tasks run on
+    # baseline(task) (the vendor's fused op: cuBLAS, SDPA, cuDNN) and stretches hold what lies between
+    stretches_span_tasks: ClassVar[bool] = True
+
+    def stretch_runner(self, nodes: Sequence[Node], inputs: Mapping[str, TensorSpec],
+                       outputs: Mapping[str, TensorSpec], constants: Mapping[str, np.ndarray],
+                       opset: int) -> StretchPiece | None:
+        """The backend's own runtime for a stretch of the model a pack does not cover: the piece
+        reads the stretch's inputs by name and returns its outputs by name, as the runtime holds
+        values (host arrays where `host_memory`, device buffers elsewhere). None: not available;
+        the runtime falls back task by task, then to the reference executor."""
         return None
 
     def modeled_seconds(self, program: Program) -> float | None:
@@ -163,8 +203,13 @@ class Backend(ABC):
     def synchronize(self) -> None:
         """Wait for all work on the device (all streams)."""
 
+    @property
+    def timing_method(self) -> str:
+        """How time_once takes its time, recorded with every measurement."""
+        return "host clock, device synchronized before and after"
+
     def time_once(self, run: Callable[[], None]) -> float:
-        """Seconds for one run; GPU backends use device events with a device-wide sync."""
+        """Seconds for one run; GPU backends use device events and leave launch cost out."""
         self.synchronize()
         start = time.perf_counter()
         run()

@@ -1,10 +1,11 @@
 """The Triton backend: CUDA GPUs for real, the Triton interpreter on CPU, cross-compiles for both.
 
 Kernel modules (kernel_module.py's contract) for this backend:
-  - import only triton, triton.language and math; `launch(task, config, inputs, outputs)` receives
-    torch tensors but never imports torch: it reads .shape, .stride(), .dtype, .data_ptr() and
-    launches module-level @triton.jit functions as `kernel[grid](...)`. Inputs come in the task's
-    order (tasks.py), outputs are preallocated by the harness and must be fully written.
+  - import only triton, triton.language, triton.tools.tensor_descriptor (TMA descriptors) and math;
+    `launch(task, config, inputs, outputs)` receives torch tensors but never imports torch: it
+    reads .shape, .stride(), .dtype, .data_ptr() and launches module-level @triton.jit functions
+    as `kernel[grid](...)`. Inputs come in the task's order (tasks.py), outputs are preallocated
+    by the harness and must be fully written.
   - optional `scratch(task, config) -> [(shape, dtype), ...]`: workspace the backend allocates once
     per loaded program and appends after the outputs (launch may not allocate; this is how a
     deterministic split-K keeps its partial sums without atomics).
@@ -22,8 +23,9 @@ Kernel modules (kernel_module.py's contract) for this backend:
 
 Devices: with a CUDA (or ROCm) torch, buffers are device tensors, compile() runs the candidate
 once so Triton's JIT builds it for the real shapes (binary and the driver's register/spill count
-go into the Artifact), and time_once uses CUDA events around a device-wide synchronize. Without
-one, kernels run in the Triton interpreter on CPU tensors (fp32/fp16: its bf16 tl.dot is wrong, so
+go into the Artifact), and time_once uses CUDA events behind a spin kernel (device time, launch
+cost excluded). Without one, kernels run in the Triton interpreter on CPU tensors (fp32/fp16: its
+bf16 tl.dot is wrong, so
 bf16 tasks are refused), and compile() cross-compiles for the target's arch (sm_90, sm_80,
 gfx942) so compiler errors and resource use are still real. load() executes the source again
 (Triton's JIT rebuilds or finds the same binary in its cache); the Artifact's binary is the
@@ -51,17 +53,18 @@ import triton
 
 from ...errors import PortkernError
 from ...hwprofile import HwProfile, Target
-from ...ir import TensorSpec
+from ...ir import Node, TensorSpec
 from ...tasks import Task
-from ..base import Artifact, Backend, Candidate, CompileError, Program, Variant
+from ..base import Artifact, Backend, Candidate, CompileError, Program, StretchPiece, Variant
 from ..kernel_module import KernelSourceError, variant_from_source
-from . import baselines, codegen
+from . import baselines, codegen, glue
 from .compile_only import ARCH_TARGETS, bundle, compile_for, compiler_message, kernel_report, summarize
 from .modules import (ALLOWED_IMPORTS, BACKEND_NAME, builtin_variants, interpreted_language, kernel_module,
                       record_launches, scratch_specs, torch_dtype)
 
 INTERPRETER_BF16 = "bfloat16 needs a GPU: the Triton interpreter's bf16 tl.dot gives wrong results"
 _MAX_WARPS = 32
+_MAX_SPIN_CYCLES = 1 << 32
 
 
 class InterpreterLimitError(PortkernError):
@@ -102,6 +105,8 @@ class TritonBackend(Backend):
         super().__init__(target)
         self.on_gpu = torch.cuda.is_available()
         self.device = torch.device("cuda" if self.on_gpu else "cpu")
+        self._spin_cycles = 200_000  # ~100 us at 2 GHz; grows if a run takes longer to enqueue
+        self._seconds_per_spin_cycle: float | None = None
 
     # --- kernels ---------------------------------------------------------------------------
     def variants(self, task: Task) -> list[Variant]:
@@ -199,6 +204,15 @@ class TritonBackend(Backend):
         compute = baselines.for_task(task)
         return None if compute is None else _TorchProgram(compute)
 
+    stretches_span_tasks = False  # untuned tasks run on their torch baseline; glue.py runs what lies between
+
+    def stretch_runner(self, nodes: Sequence[Node], inputs: Mapping[str, TensorSpec],
+                       outputs: Mapping[str, TensorSpec], constants: Mapping[str, np.ndarray],
+                       opset: int) -> StretchPiece:
+        """The glue between tasks as torch ops on the device (glue.py); a node it does not cover
+        runs in the numpy executor on the host, listed on the piece."""
+        return glue.stretch_piece(self, nodes, list(inputs), list(outputs), constants, opset)
+
     # --- buffers -----------------------------------------------------------------------------
     def to_device(self, array: np.ndarray) -> torch.Tensor:
         return _host_tensor(array).to(self.device)
@@ -221,19 +235,44 @@ class TritonBackend(Backend):
         if self.on_gpu:
             torch.cuda.synchronize()
 
+    @property
+    def timing_method(self) -> str:
+        return ("CUDA events behind a spin kernel (device time, launch cost excluded)" if self.on_gpu
+                else super().timing_method)
+
     def time_once(self, run: Callable[[], None]) -> float:
-        """CUDA events; the whole device is synchronized before the end event is recorded, so
-        work hidden on another stream is counted (at the price of one sync, a few us, per run)."""
+        """Device time of one run, host launch cost excluded. A spin kernel holds the stream busy
+        while the host enqueues the start event, the run and the end event, so the events bracket
+        device work only, as the kernel runs in a CUDA graph or behind other work (cuBLAS, torch
+        and portkern kernels are timed alike). If enqueuing outlasted the spin, the device would
+        have waited on the host: the spin doubles and the run is timed again."""
         if not self.on_gpu:
             return super().time_once(run)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        start.record()
-        run()
-        torch.cuda.synchronize()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3
+        while True:
+            torch.cuda.synchronize()
+            torch.cuda._sleep(self._spin_cycles)
+            start.record()
+            enqueue_started = time.perf_counter()
+            run()
+            end.record()
+            enqueued = time.perf_counter() - enqueue_started
+            torch.cuda.synchronize()
+            if enqueued < 0.5 * self._spin_seconds() or self._spin_cycles >= _MAX_SPIN_CYCLES:
+                return start.elapsed_time(end) / 1e3
+            self._spin_cycles *= 2
+
+    def _spin_seconds(self) -> float:
+        """How long the current spin holds the stream (calibrated once with events)."""
+        if self._seconds_per_spin_cycle is None:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            start.record()
+            torch.cuda._sleep(1_000_000)
+            end.record()
+            end.synchronize()
+            self._seconds_per_spin_cycle = start.elapsed_time(end) / 1e3 / 1_000_000
+        return self._spin_cycles * self._seconds_per_spin_cycle
 
     # --- identity ------------------------------------------------------------------------------
     def fingerprint(self) -> dict[str, str]:

@@ -162,6 +162,9 @@ _BINARY: dict[str, Callable[[Any, Any], torch.Tensor]] = {
 def _elementwise(task: Task) -> Compute:
     """partition.py's expression steps, one torch op each (what eager PyTorch would launch)."""
     expr = task.attr("expr")
+    literal_dtype = torch_dtype(task.dtype)  # the task's float type: in0 may be a Where's boolean
+    # made on the first call: a host-to-device copy cannot happen inside a CUDA graph capture
+    literals: dict[str, torch.Tensor] = {}
 
     def compute(inputs: Sequence[torch.Tensor]) -> torch.Tensor:
         values: dict[str, Any] = {f"in{i}": x for i, x in enumerate(inputs)}
@@ -169,7 +172,10 @@ def _elementwise(task: Task) -> Compute:
         def operand(ref: Any) -> Any:
             if isinstance(ref, str):
                 return values[ref]
-            return torch.tensor(ref, dtype=inputs[0].dtype, device=inputs[0].device)
+            key = repr(ref)  # 0.0 and -0.0 are equal keys otherwise
+            if key not in literals:
+                literals[key] = torch.tensor(ref, dtype=literal_dtype, device=inputs[0].device)
+            return literals[key]
 
         result: Any = None
         for index, (op, *args) in enumerate(expr):

@@ -20,6 +20,7 @@ import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ...errors import TargetError
 from ...ir import TensorSpec
@@ -106,6 +107,9 @@ def ast_source(launch: Launch) -> ASTSource:
 
 
 def _argument_type(value: Any) -> tuple[str, bool]:
+    if isinstance(value, TensorDescriptor):  # a TMA tile descriptor: typed by element and block shape
+        pointee, _ = _argument_type(value.base)
+        return f"tensordesc<{pointee[1:]}{list(value.block_shape)}>", False
     if hasattr(value, "data_ptr") and hasattr(value, "dtype"):
         if value.dtype not in _POINTEE:
             raise CompileError(f"tensor of dtype {value.dtype} is not supported")

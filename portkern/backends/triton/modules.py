@@ -37,7 +37,7 @@ from ..base import Variant
 from ..kernel_module import expand_includes, load_module, variant_from_source
 
 BACKEND_NAME = "triton"
-ALLOWED_IMPORTS = frozenset({"triton", "triton.language", "math"})
+ALLOWED_IMPORTS = frozenset({"triton", "triton.language", "triton.tools.tensor_descriptor", "math"})
 _MODE_LOCK = threading.RLock()
 _MODULES: dict[tuple[str, str, bool], types.ModuleType] = {}
 _MISSING = object()

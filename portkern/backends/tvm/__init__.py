@@ -1,10 +1,21 @@
-"""The TVM backend: schedule templates built with LLVM for the host CPU, called on TVM tensors.
+"""The TVM backend: schedule templates built with LLVM for the host CPU, or as CUDA for NVIDIA GPUs.
 
-Each task kind has template modules (gemm.py, conv2d.py, ...): a TE compute plus a schedule whose
-knobs form the variant's space. compile = schedule -> tvm.compile -> export_library; the artifact
-carries the shared library's bytes and the lowered TensorIR as its readable source, so a pack
-reloads a kernel with no TVM schedule code involved. The baseline is onnxruntime on the task's own
-subgraph, run on the same buffers by pointer (ort_subgraph.OrtProgram).
+Each task kind has template modules (gemm.py, conv2d.py, ...): a TE computation plus a schedule
+whose knobs form the variant's space. The CUDA family (cuda/) schedules the same computations for
+GPU threads; a target's hwprofile kind picks the family (`--target h200 --backend tvm`).
+
+CPU: compile = schedule -> tvm.compile -> export_library; the artifact carries the shared
+library's bytes and the lowered TensorIR as its readable source, so a pack reloads a kernel with no
+TVM schedule code involved. The baseline is onnxruntime on the task's own subgraph, run on the same
+buffers by pointer (ort_subgraph.OrtProgram).
+
+CUDA: compile works without a GPU (cuda/build.py): the artifact is a bundle of the loadable
+library, the generated CUDA (its readable source) and, where nvcc or NVRTC is found, PTX and
+ptxas's resource report. load, buffers and timing need TVM's CUDA runtime and a device; without
+them they raise CudaRuntimeUnavailable ("TVM's CUDA runtime is not available here: ..."), which
+the search records as the trial's outcome. There is no baseline on the GPU (onnxruntime reads
+host memory); runs are timed with the host clock around a device synchronization, since TVM gives
+Python no CUDA events.
 """
 from __future__ import annotations
 
@@ -16,7 +27,7 @@ import time
 import types
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import tvm
@@ -27,9 +38,12 @@ from ...hwprofile import Target
 from ...ir import Node, TensorSpec
 from ...ort_subgraph import OrtGraphPiece, OrtProgram, OrtSubgraphError, subgraph_model
 from ...tasks import Task
-from ..base import HOST_BUFFER_ALIGNMENT, Artifact, Backend, Candidate, CompileError, Program, Variant
+from ..base import (HOST_BUFFER_ALIGNMENT, Artifact, Backend, Candidate, CompileError, Program, StretchPiece,
+                    Variant)
 from . import attention, conv2d, gemm, global_pool, layernorm, pool, softmax
 from .common import nearest_valid
+from .cuda import TEMPLATES as CUDA_TEMPLATES
+from .cuda import build as cuda_build
 from .program import TvmProgram
 
 TEMPLATES: dict[str, tuple[types.ModuleType, ...]] = {
@@ -42,11 +56,13 @@ TEMPLATES: dict[str, tuple[types.ModuleType, ...]] = {
 }
 
 # read once at import: a variant's source is what this process's template actually is
-SOURCES: dict[types.ModuleType, str] = {t: inspect.getsource(t) for ts in TEMPLATES.values() for t in ts}
+SOURCES: dict[types.ModuleType, str] = {
+    t: inspect.getsource(t) for family in (TEMPLATES, CUDA_TEMPLATES) for ts in family.values() for t in ts}
 
 
 def _variant_name(template: types.ModuleType) -> str:
-    return f"tvm_{template.__name__.rsplit('.', 1)[-1]}"
+    """tvm_gemm for the CPU family's gemm.py, tvm_cuda_gemm for cuda/gemm.py."""
+    return "tvm_" + template.__name__.removeprefix(f"{__name__}.").replace(".", "_")
 
 
 # runtime.config_threadpool's AffinityMode: worker i pinned to the i-th listed CPU
@@ -75,17 +91,25 @@ def _host_cpu_model() -> str:
 
 
 class TvmBackend(Backend):
-    """LLVM CPU kernels from parametric TVM schedules."""
+    """LLVM CPU kernels, or CUDA kernels, from parametric TVM schedules."""
 
     name = "tvm"
-    device_kinds = frozenset({"cpu"})
+    device_kinds = frozenset({"cpu", "cuda"})
     host_memory = True
 
     def __init__(self, target: Target) -> None:
         super().__init__(target)
-        self.device = tvm.cpu(0)
-        _use_cores(target.profile.cores)
-        self._by_source = {source: template for template, source in SOURCES.items()}
+        # a CUDA target: the CUDA family, built here, run only where TVM's CUDA runtime is
+        # (unlike TritonBackend.on_gpu, which says a device is present)
+        self.gpu_target = target.profile.kind == "cuda"
+        self.templates = CUDA_TEMPLATES if self.gpu_target else TEMPLATES
+        if self.gpu_target:
+            self.device = tvm.cuda(0)
+            self.host_memory = False  # device buffers: the runtime copies results to the host
+        else:
+            self.device = tvm.cpu(0)
+            _use_cores(target.profile.cores)
+        self._by_source = {SOURCES[t]: t for ts in self.templates.values() for t in ts}
 
     @cached_property
     def llvm_target(self) -> tvm.target.Target:
@@ -93,10 +117,14 @@ class TvmBackend(Backend):
         host_cpu = get_global_func("tvm.codegen.llvm.GetHostCPUName")()
         return tvm.target.Target({"kind": "llvm", "mcpu": host_cpu, "num-cores": self.target.profile.cores})
 
+    @cached_property
+    def cuda_target(self) -> tvm.target.Target:
+        return cuda_build.cuda_target(self.target.profile)
+
     # --- kernels ---------------------------------------------------------------------------
     def variants(self, task: Task) -> list[Variant]:
         found = []
-        for template in TEMPLATES.get(task.kind, ()):
+        for template in self.templates.get(task.kind, ()):
             def valid(config: dict[str, Any], template: types.ModuleType = template) -> bool:
                 return template.constraints(task, config, self.target) is None
 
@@ -113,8 +141,9 @@ class TvmBackend(Backend):
     def _template(self, variant: Variant) -> types.ModuleType:
         template = self._by_source.get(variant.source)
         if template is None:
-            raise CompileError(f"variant {variant.name}: the TVM backend builds only its own "
-                               f"templates ({', '.join(_variant_name(t) for t in self._by_source.values())})")
+            names = ", ".join(_variant_name(t) for t in self._by_source.values())
+            raise CompileError(f"variant {variant.name}: the TVM backend builds only its own templates "
+                               f"for {self.target.name} ({names})")
         return template
 
     def check(self, candidate: Candidate, task: Task) -> str | None:
@@ -135,11 +164,18 @@ class TvmBackend(Backend):
         try:
             kernel = template.schedule(task, candidate.params, self.target)
             scheduled = time.perf_counter()
+            if self.gpu_target:
+                binary, source, meta = cuda_build.build(kernel, self.cuda_target)
+                return Artifact(backend=self.name, variant=candidate.variant.name, config=candidate.params,
+                                source=source, binary=binary, binary_name=cuda_build.BUNDLE_NAME,
+                                meta={**meta, "schedule_s": scheduled - start})
             executable = tvm.compile(kernel.module, target=self.llvm_target)
             with tempfile.TemporaryDirectory(prefix="portkern_tvm_") as scratch:
                 path = Path(scratch) / "kernel.so"
                 executable.export_library(str(path))
                 binary = path.read_bytes()
+        except CompileError:
+            raise
         except Exception as exc:  # TVM raises its own error types: they are this trial's evidence
             raise CompileError(f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1]}") from None
         finished = time.perf_counter()
@@ -154,31 +190,39 @@ class TvmBackend(Backend):
     def load(self, artifact: Artifact, task: Task) -> Program:
         if not artifact.binary:
             raise CompileError(f"artifact of {artifact.variant} has no shared library")
+        if self.gpu_target:
+            cuda_build.require_runtime(self.device)
+        library = cuda_build.library(artifact.binary) if self.gpu_target else artifact.binary
         with tempfile.TemporaryDirectory(prefix="portkern_tvm_") as scratch:
-            path = Path(scratch) / (artifact.binary_name or "kernel.so")
-            path.write_bytes(artifact.binary)
+            path = Path(scratch) / "kernel.so"
+            path.write_bytes(library)
             module = tvm.runtime.load_module(str(path))  # dlopen'd: the file may go once loaded
         return TvmProgram(module["main"], artifact.meta["arg_shapes"])
 
     def baseline(self, task: Task) -> Program | None:
-        """onnxruntime on the task's subgraph, reading and writing these TVM tensors in place."""
+        """onnxruntime on the task's subgraph, reading and writing these TVM tensors in place;
+        none on a GPU (onnxruntime would read device memory as host memory)."""
+        if self.gpu_target:
+            return None
         try:
             return OrtProgram(task, threads=self.target.profile.cores)
         except OrtSubgraphError:
             return None
 
-    def host_baseline(self, nodes: Sequence[Node], inputs: Mapping[str, TensorSpec],
-                      outputs: Mapping[str, TensorSpec], constants: Mapping[str, np.ndarray],
-                      opset: int) -> Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]] | None:
-        """onnxruntime on the stretch, as one session."""
+    def stretch_runner(self, nodes: Sequence[Node], inputs: Mapping[str, TensorSpec],
+                       outputs: Mapping[str, TensorSpec], constants: Mapping[str, np.ndarray],
+                       opset: int) -> StretchPiece | None:
+        """onnxruntime on the stretch, as one session, on host arrays."""
         try:
             model = subgraph_model(nodes, inputs, outputs, constants, opset, f"portkern_{nodes[0].name}")
-            return OrtGraphPiece(model, threads=self.target.profile.cores)
+            return StretchPiece(OrtGraphPiece(model, threads=self.target.profile.cores))
         except OrtSubgraphError:
             return None
 
-    # --- buffers: TVM tensors on the host ----------------------------------------------------
+    # --- buffers: TVM tensors on the host, or on the GPU ---------------------------------------
     def to_device(self, array: np.ndarray) -> Any:
+        if self.gpu_target:
+            cuda_build.require_runtime(self.device)
         return tvm.runtime.tensor(np.ascontiguousarray(array), self.device)
 
     def to_host(self, buffer: Any) -> np.ndarray:
@@ -186,7 +230,8 @@ class TvmBackend(Backend):
 
     def view(self, array: np.ndarray) -> Any:
         array = np.ascontiguousarray(array)
-        if array.ctypes.data % HOST_BUFFER_ALIGNMENT:  # TVM takes only 64-byte aligned memory zero-copy
+        # TVM takes only 64-byte aligned host memory zero-copy; a GPU buffer is always a copy
+        if self.gpu_target or array.ctypes.data % HOST_BUFFER_ALIGNMENT:
             return self.to_device(array)
         return tvm.runtime.from_dlpack(array)
 
@@ -196,8 +241,25 @@ class TvmBackend(Backend):
     def copy_into(self, buffer: Any, array: np.ndarray) -> None:
         buffer.copyfrom(np.ascontiguousarray(array, dtype=buffer.dtype))
 
+    def synchronize(self) -> None:
+        if self.gpu_target:
+            cuda_build.require_runtime(self.device)
+            self.device.sync()
+
+    @property
+    def timing_method(self) -> str:
+        if self.gpu_target:
+            return ("host clock around one launch, the device synchronized before and after "
+                    "(TVM gives Python no CUDA events): launch cost included")
+        return super().timing_method
+
     # --- identity ------------------------------------------------------------------------------
     def fingerprint(self) -> dict[str, str]:
+        if self.gpu_target:
+            return {**super().fingerprint(), "tvm": tvm.__version__, "tvm_ffi": tvm_ffi.__version__,
+                    "cuda_target": str(self.cuda_target),
+                    "ptx_compiler": cuda_build.ptx_compiler() or "none",
+                    "device": self.device.device_name if self.device.exist else "none"}
         return {
             **super().fingerprint(),
             "tvm": tvm.__version__, "tvm_ffi": tvm_ffi.__version__,

@@ -96,6 +96,20 @@ class HostFacts:
 
 
 @dataclass(frozen=True)
+class Computation:
+    """What a task computes, as TE tensors (inputs, then outputs): defined once per task kind and
+    scheduled by both template families (CPU here, CUDA in cuda/). Its padding parameters are the
+    only thing a family chooses; `arg_shapes` is how the kernel views each argument."""
+
+    tensors: tuple[te.Tensor, ...]
+    arg_shapes: tuple[tuple[int, ...], ...]
+    stages: tuple[str, ...] = ()  # row kernels: the reductions (and stored rows), in dataflow order
+
+    def prim_func(self) -> tvm.tirx.PrimFunc:
+        return te.create_prim_func(list(self.tensors))
+
+
+@dataclass(frozen=True)
 class Kernel:
     """A scheduled kernel: TensorIR ready to build and the shape of each argument it takes."""
 
@@ -141,6 +155,13 @@ def check_space(config: Mapping[str, Any], space: Mapping[str, Any]) -> str | No
 def check_float32(task: Task) -> str | None:
     if any(spec.dtype != "float32" for spec in (*task.inputs, *task.outputs)):
         return f"the TVM CPU templates compute float32 only (task is {task.dtype})"
+    return None
+
+
+def check_gamma(task: Task) -> str | None:
+    """A norm's gamma (and beta) hold one value per column of x."""
+    if tuple(task.inputs[1].shape) != (task.inputs[0].shape[-1],):
+        return f"gamma {task.inputs[1]} is not one value per column: this template normalizes the last axis"
     return None
 
 

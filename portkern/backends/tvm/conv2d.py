@@ -15,6 +15,7 @@ so the input rows a block reads stay in L1 instead of being refetched across a 1
 stride per tile. outer="row_oc" walks all channel tiles of one output row before the next row, so
 the input rows they share come from cache rather than being streamed once per channel tile.
 pack_w copies the weights to [OC/tile_oc, C/g, KH, KW, tile_oc] so a tile's weights are adjacent.
+computation() is the convolution's one TE definition; cuda/conv2d.py schedules it for GPUs.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from tvm import s_tir, te
 from ...hwprofile import Target
 from ...tasks import Task
 from .common import (
+    Computation,
     HostFacts,
     Kernel,
     ceil_to,
@@ -73,14 +75,22 @@ def _flat_row(plane: int, tile_w: int) -> int:
     return max(whole) if whole else plane
 
 
-def _geometry(task: Task, config: Mapping[str, Any]) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+Geometry = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+
+
+def task_geometry(task: Task) -> Geometry:
+    """Shapes of x, w and out as the task gives them."""
+    return tuple(task.inputs[0].shape), tuple(task.inputs[1].shape), tuple(task.outputs[0].shape)
+
+
+def _geometry(task: Task, config: Mapping[str, Any]) -> Geometry:
     """Shapes of x, w and out as the kernel sees them (flat: the plane re-cut into other rows)."""
     x_shape, w_shape, out_shape = task.inputs[0].shape, task.inputs[1].shape, task.outputs[0].shape
     if config["spatial"] == "flat":
         n, c, h, w = x_shape
         row = _flat_row(h * w, config["tile_w"])
         return (n, c, h * w // row, row), tuple(w_shape), (n, out_shape[1], h * w // row, row)
-    return tuple(x_shape), tuple(w_shape), tuple(out_shape)
+    return task_geometry(task)
 
 
 def constraints(task: Task, config: Mapping[str, Any], target: Target) -> str | None:
@@ -105,9 +115,12 @@ def constraints(task: Task, config: Mapping[str, Any], target: Target) -> str | 
     return None
 
 
-def schedule(task: Task, config: Mapping[str, Any], target: Target) -> Kernel:
-    tile_oc, tile_w, lanes = config["tile_oc"], config["tile_w"], config["vector_lanes"]
-    x_shape, w_shape, out_shape = _geometry(task, config)
+def computation(task: Task, geometry: Geometry, tile_oc: int, tile_w: int, pack_w: bool) -> Computation:
+    """out = act(conv(x, w) + bias + residual), accumulated ("acc") over output channels padded to
+    whole tile_oc tiles (clamped weight rows) and output columns padded to whole tile_w tiles; the
+    input is read through a zero-padded frame ("x_padded") where padding or that extension needs
+    it. pack_w copies the weights to [OC/tile_oc, C/g, KH, KW, tile_oc] ("w_packed")."""
+    x_shape, w_shape, out_shape = geometry
     batch = x_shape[0]
     out_c, group_c, kh, kw = w_shape
     _, _, out_h, out_w = out_shape
@@ -119,17 +132,17 @@ def schedule(task: Task, config: Mapping[str, Any], target: Target) -> Kernel:
 
     x = te.placeholder(x_shape, "float32", name="x")
     weight = te.placeholder(w_shape, "float32", name="w")
-    args = [x, weight]
+    inputs = [x, weight]
     bias = te.placeholder((out_c,), "float32", name="bias") if task.attr("bias") else None
     residual = te.placeholder(out_shape, "float32", name="residual") if task.attr("residual") else None
-    args += [t for t in (bias, residual) if t is not None]
+    inputs += [t for t in (bias, residual) if t is not None]
 
     in_h = (out_h - 1) * sh + (kh - 1) * dh + 1
     in_w = (padded_w - 1) * sw + (kw - 1) * dw + 1
     source = padded_input(x, pad_top, pad_left, in_h, in_w, 0.0) \
         if needs_padding(x_shape, pad_top, pad_left, in_h, in_w) else x
 
-    if config["pack_w"]:
+    if pack_w:
         packed = te.compute((padded_oc // tile_oc, group_c, kh, kw, tile_oc),
                             lambda o, c, i, j, r: weight[clamp(o * tile_oc + r, out_c), c, i, j],
                             name="w_packed")
@@ -155,8 +168,16 @@ def schedule(task: Task, config: Mapping[str, Any], target: Target) -> Kernel:
     out = epilogue(acc, out_shape, task.attr("activation", "none"),
                    (lambda n, oc, i, j: bias[oc]) if bias is not None else None, residual,
                    residual_first=True)
+    shapes = [x_shape, w_shape] + [(out_c,)] * (bias is not None) + [out_shape] * (residual is not None)
+    return Computation((*inputs, out), (*shapes, out_shape))
 
-    sch = s_tir.Schedule(te.create_prim_func([*args, out]))
+
+def schedule(task: Task, config: Mapping[str, Any], target: Target) -> Kernel:
+    tile_oc, tile_w, lanes = config["tile_oc"], config["tile_w"], config["vector_lanes"]
+    computed = computation(task, _geometry(task, config), tile_oc, tile_w, config["pack_w"])
+    group_c = task.inputs[1].shape[1]
+
+    sch = s_tir.Schedule(computed.prim_func())
     inline_elementwise(sch, keep=("acc", "out", "x_padded", "w_packed"))
     block = sch.get_sblock("acc")
     n, oc, i, j, c, ki, kj = sch.get_loops(block)
@@ -184,5 +205,4 @@ def schedule(task: Task, config: Mapping[str, Any], target: Target) -> Kernel:
             if config["parallel"]:
                 sch.parallel(sch.fuse(*loops[:2]))
 
-    shapes = [x_shape, w_shape] + [(out_c,)] * (bias is not None) + [out_shape] * (residual is not None)
-    return Kernel(sch.mod, (*shapes, out_shape))
+    return Kernel(sch.mod, computed.arg_shapes)

@@ -6,6 +6,7 @@ share one panel of b; a tile's accumulator lives in vector registers across the 
 the epilogue runs on it before it is stored. With pack_b, b is first copied (in the kernel, every
 call) into [N/tile_n, K, tile_n] panels: contiguous vector loads for any b layout, and N padded to
 whole tiles. M is padded by clamping row indices, so no tile needs a boundary test in its K loop.
+computation() is the GEMM's one TE definition; cuda/gemm.py schedules it for GPUs.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from tvm import s_tir, te
 from ...hwprofile import Target
 from ...tasks import Task
 from .common import (
+    Computation,
     HostFacts,
     Kernel,
     ceil_to,
@@ -80,23 +82,28 @@ def constraints(task: Task, config: Mapping[str, Any], target: Target) -> str | 
     return None
 
 
-def schedule(task: Task, config: Mapping[str, Any], target: Target) -> Kernel:
+def computation(task: Task, tile_m: int, tile_n: int, b_panels: bool = False) -> Computation:
+    """out = act(a @ b + bias) + residual over (M, N) padded to whole tile_m x tile_n tiles ("acc").
+
+    Padded rows of a and columns of b read a real row / column (clamped) and land in the padding
+    of acc, which the (M, N) "out" stage never reads. b_panels packs b into [N/tile_n, K, tile_n]
+    panels ("b_packed"): contiguous tile_n-wide rows for any b layout, N padded with zeros.
+    """
     m, n, k = dims(task)
-    tile_m, tile_n, lanes = config["tile_m"], config["tile_n"], config["vector_lanes"]
     padded_m, padded_n = ceil_to(m, tile_m), ceil_to(n, tile_n)
     trans_b = bool(task.attr("trans_b"))
 
     a = te.placeholder((m, k), "float32", name="a")
     b = te.placeholder(task.inputs[1].shape, "float32", name="b")
-    args = [a, b]
+    inputs = [a, b]
     bias = te.placeholder((n,), "float32", name="bias") if task.attr("bias") else None
     residual = te.placeholder((m, n), "float32", name="residual") if task.attr("residual") else None
-    args += [t for t in (bias, residual) if t is not None]
+    inputs += [t for t in (bias, residual) if t is not None]
 
     def b_at(kk: Any, j: Any) -> Any:
         return b[j, kk] if trans_b else b[kk, j]
 
-    if config["pack_b"]:
+    if b_panels:
         def pack(jo: Any, kk: Any, ji: Any) -> Any:
             j = jo * tile_n + ji
             if padded_n == n:
@@ -115,8 +122,15 @@ def schedule(task: Task, config: Mapping[str, Any], target: Target) -> Kernel:
                      name="acc")
     out = epilogue(acc, (m, n), task.attr("activation", "none"),
                    (lambda i, j: bias[j]) if bias is not None else None, residual, residual_first=False)
+    shapes = [(m, k), tuple(task.inputs[1].shape)] + [(n,)] * (bias is not None) + [(m, n)] * (residual is not None)
+    return Computation((*inputs, out), (*shapes, (m, n)))
 
-    sch = s_tir.Schedule(te.create_prim_func([*args, out]))
+
+def schedule(task: Task, config: Mapping[str, Any], target: Target) -> Kernel:
+    tile_m, tile_n, lanes = config["tile_m"], config["tile_n"], config["vector_lanes"]
+    computed = computation(task, tile_m, tile_n, b_panels=config["pack_b"])
+
+    sch = s_tir.Schedule(computed.prim_func())
     inline_elementwise(sch, keep=("acc", "out", "b_packed"))
     block = sch.get_sblock("acc")
     i, j, kk = sch.get_loops(block)
@@ -142,5 +156,4 @@ def schedule(task: Task, config: Mapping[str, Any], target: Target) -> Kernel:
             sch.parallel(panel)
         sch.vectorize(sch.split(within, [None, lanes])[1])
 
-    shapes = [(m, k), task.inputs[1].shape] + [(n,)] * (bias is not None) + [(m, n)] * (residual is not None)
-    return Kernel(sch.mod, (*map(tuple, shapes), (m, n)))
+    return Kernel(sch.mod, computed.arg_shapes)

@@ -3,6 +3,8 @@
 mean = sum(x) / N, var = sum((x - mean)^2) / N (two passes: exact for rows with a large mean,
 where sum(x^2) - N mean^2 cancels), out = (x - mean) / sqrt(var + eps) * gamma + beta.
 lane_reduce keeps vector_lanes partial sums in one vector register while walking the row.
+computation() and rmsnorm_computation() are shared with the CUDA family (cuda/layernorm.py,
+cuda/rmsnorm.py; RMSNorm has no CPU schedule yet).
 """
 from __future__ import annotations
 
@@ -14,9 +16,11 @@ from tvm import s_tir, te
 from ...hwprofile import Target
 from ...tasks import Task
 from .common import (
+    Computation,
     HostFacts,
     Kernel,
     check_float32,
+    check_gamma,
     check_lanes,
     check_space,
     inline_elementwise,
@@ -41,11 +45,9 @@ def dims(task: Task) -> tuple[int, int]:
 
 
 def constraints(task: Task, config: Mapping[str, Any], target: Target) -> str | None:
-    reason = check_float32(task) or check_space(config, SPACE)
+    reason = check_float32(task) or check_space(config, SPACE) or check_gamma(task)
     if reason:
         return reason
-    if tuple(task.inputs[1].shape) != (task.inputs[0].shape[-1],):
-        return f"gamma {task.inputs[1]} is not one value per column: this template normalizes the last axis"
     lanes = config["vector_lanes"]
     reason = check_lanes(lanes, HostFacts.of(target))
     if reason:
@@ -56,9 +58,9 @@ def constraints(task: Task, config: Mapping[str, Any], target: Target) -> str | 
     return None
 
 
-def schedule(task: Task, config: Mapping[str, Any], target: Target) -> Kernel:
+def computation(task: Task, lanes: int) -> Computation:
+    """The two-pass LayerNorm over the task's (rows, N) view; lanes as in common.row_reduce."""
     rows, n = dims(task)
-    lanes = config["vector_lanes"] if config["lane_reduce"] else 1
     eps = float(task.attr("eps", 1e-5))
     x = te.placeholder((rows, n), "float32", name="x")
     gamma = te.placeholder((n,), "float32", name="gamma")
@@ -71,9 +73,26 @@ def schedule(task: Task, config: Mapping[str, Any], target: Target) -> Kernel:
     squares = row_reduce(lambda r, j: centered(r, j) * centered(r, j), rows, n, lanes, "sum", "row_sq")
     out = te.compute((rows, n), lambda r, j: centered(r, j) / te.sqrt(squares[r] * (1.0 / n) + eps)
                      * gamma[j] + beta[j], name="out")
+    stages = ("row_sum_lanes", "row_sum", "row_sq_lanes", "row_sq")
+    return Computation((x, gamma, beta, out), ((rows, n), (n,), (n,), (rows, n)), stages)
 
-    sch = s_tir.Schedule(te.create_prim_func([x, gamma, beta, out]))
-    stages = ["row_sum_lanes", "row_sum", "row_sq_lanes", "row_sq"]
-    inline_elementwise(sch, keep=[*stages, "out"])
-    schedule_rows(sch, config, stages)
-    return Kernel(sch.mod, ((rows, n), (n,), (n,), (rows, n)))
+
+def rmsnorm_computation(task: Task, lanes: int) -> Computation:
+    """x / sqrt(mean(x^2) + eps) * gamma over the task's (rows, N) view (no CPU schedule yet: the
+    CUDA family schedules it)."""
+    rows, n = dims(task)
+    eps = float(task.attr("eps", 1e-6))
+    x = te.placeholder((rows, n), "float32", name="x")
+    gamma = te.placeholder((n,), "float32", name="gamma")
+    squares = row_reduce(lambda r, j: x[r, j] * x[r, j], rows, n, lanes, "sum", "row_sq")
+    out = te.compute((rows, n), lambda r, j: x[r, j] / te.sqrt(squares[r] * (1.0 / n) + eps) * gamma[j],
+                     name="out")
+    return Computation((x, gamma, out), ((rows, n), (n,), (rows, n)), ("row_sq_lanes", "row_sq"))
+
+
+def schedule(task: Task, config: Mapping[str, Any], target: Target) -> Kernel:
+    computed = computation(task, config["vector_lanes"] if config["lane_reduce"] else 1)
+    sch = s_tir.Schedule(computed.prim_func())
+    inline_elementwise(sch, keep=[*computed.stages, "out"])
+    schedule_rows(sch, config, computed.stages)
+    return Kernel(sch.mod, computed.arg_shapes)

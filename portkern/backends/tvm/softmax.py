@@ -4,7 +4,8 @@ max -> exp(x - max) and its sum -> divide. lane_reduce keeps vector_lanes partia
 one vector register while walking the row (then folds them), so the reductions vectorize like the
 elementwise passes do. store_exp writes exp(x - max) to a row buffer once; without it the
 exponential is computed twice (for the sum and for the output) and nothing is stored. exp is
-TVM's polynomial fast_exp (relative error ~6e-8, vectorizable).
+TVM's polynomial fast_exp (relative error ~6e-8, vectorizable). computation() is shared with
+cuda/softmax.py.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from tvm import s_tir, te, topi
 from ...hwprofile import Target
 from ...tasks import Task
 from .common import (
+    Computation,
     HostFacts,
     Kernel,
     check_float32,
@@ -57,20 +59,26 @@ def constraints(task: Task, config: Mapping[str, Any], target: Target) -> str | 
     return None
 
 
-def schedule(task: Task, config: Mapping[str, Any], target: Target) -> Kernel:
+def computation(task: Task, lanes: int) -> Computation:
+    """max -> exp(x - max) and its sum -> divide, over the task's (rows, N) view; lanes > 1 reduces
+    into that many partials first (common.row_reduce)."""
     rows, n = dims(task)
-    lanes = config["vector_lanes"] if config["lane_reduce"] else 1
     x = te.placeholder((rows, n), "float32", name="x")
     row_max = row_reduce(lambda r, j: x[r, j], rows, n, lanes, "max", "row_max")
     shifted = te.compute((rows, n), lambda r, j: x[r, j] - row_max[r], name="shifted")
     exp = topi.fast_exp(shifted)
     row_sum = row_reduce(lambda r, j: exp[r, j], rows, n, lanes, "sum", "row_sum")
     out = te.compute((rows, n), lambda r, j: exp[r, j] / row_sum[r], name="out")
+    stages = ("row_max_lanes", "row_max", exp.op.name, "row_sum_lanes", "row_sum")
+    return Computation((x, out), ((rows, n), (rows, n)), stages)
 
-    sch = s_tir.Schedule(te.create_prim_func([x, out]))
-    exp_name = exp.op.name
-    stages = ["row_max_lanes", "row_max", exp_name, "row_sum_lanes", "row_sum"]
+
+def schedule(task: Task, config: Mapping[str, Any], target: Target) -> Kernel:
+    computed = computation(task, config["vector_lanes"] if config["lane_reduce"] else 1)
+    sch = s_tir.Schedule(computed.prim_func())
+    exp_name = computed.stages[2]
+    stages = list(computed.stages)
     keep = [*stages, "out"] if config["store_exp"] else [s for s in stages if s != exp_name] + ["out"]
     inline_elementwise(sch, keep=keep)
     schedule_rows(sch, config, stages)
-    return Kernel(sch.mod, ((rows, n), (rows, n)))
+    return Kernel(sch.mod, computed.arg_shapes)

@@ -1,0 +1,319 @@
+"""Whole models on one GPU: BERT-base and ResNet-50, fp16, batch 32. portkern tunes each within a
+time budget, then `portkern.Session(model, pack)` (values on the device, CUDA graph replay) is timed
+side by side with torch eager, torch.compile and torch.compile(mode="max-autotune") of the same
+torch module, in the same process, on the same inputs; the Session's output is checked against
+onnxruntime (CPU) within fp16 tolerance.
+
+    bash benchmarks/gpu_run.sh python3 benchmarks/models/gpu_models.py --models bert-base \\
+        --time-budget 240 --out $OUT/gpu-models-bert.json
+    bash benchmarks/gpu_run.sh python3 benchmarks/models/gpu_models.py --models resnet50 \\
+        --time-budget 240 --out $OUT/gpu-models-resnet50.json
+    python benchmarks/models/gpu_models.py --smoke      # tiny fp32 stand-ins on the CPU: checks the script
+
+Every runner is timed the same way: feeds from host memory, outputs back in host memory, the device
+synchronized before and after each run, host clock (the latency a caller of Session.run sees);
+rounds of runs alternate between runners so a change in the machine's state hits all of them.
+Besides the module that was exported (eager attention), BERT's row also times torch eager with
+transformers' SDPA attention, the faster path a torch user would get by default.
+--smoke: a 1-layer BERT and a one-block ResNet-style CNN (torchvision is not needed) at batch 2, fp32,
+the Triton interpreter for portkern's kernels, no torch.compile.
+
+Time on the GPU machine, beyond --time-budget: portkern.tune's end-to-end step runs onnxruntime (CPU)
+on the full batch a few times, and max-autotune compiles for minutes: run one model per command
+where commands are limited to 10 minutes (--batch and --compile-modes trim a run that does not fit).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import onnxruntime as ort
+import torch
+
+import portkern
+from portkern.backends import get_backend
+from portkern.hwprofile import load_target
+from portkern.measure import MeasureOptions
+from portkern.models import _bert_module, export_bert, random_feeds
+
+Run = Callable[[], Any]
+
+
+@dataclass(frozen=True)
+class BertSize:
+    layers: int
+    hidden: int
+    heads: int
+    intermediate: int
+    vocab: int
+    batch: int
+    seq: int
+
+
+BERT_BASE = BertSize(layers=12, hidden=768, heads=12, intermediate=3072, vocab=30522, batch=32, seq=128)
+BERT_SMOKE = BertSize(layers=1, hidden=32, heads=2, intermediate=64, vocab=100, batch=2, seq=16)
+
+
+@dataclass
+class ModelUnderTest:
+    name: str
+    description: str
+    onnx_path: Path
+    shapes: dict[str, tuple[int, ...]]
+    module: torch.nn.Module  # the module the ONNX file was exported from, on the device
+    extra_eager: dict[str, torch.nn.Module]  # other torch eager forms worth timing alongside
+
+
+def bert(name: str, size: BertSize, dtype: str, device: torch.device, folder: Path) -> ModelUnderTest:
+    """transformers' BertModel (random init, seed 0) exported by portkern.models.export_bert; the
+    torch side builds the same module from the same seed."""
+    args = dict(layers=size.layers, hidden=size.hidden, heads=size.heads, intermediate=size.intermediate,
+                vocab=size.vocab, dtype=dtype, seed=0)
+    path = export_bert(folder, seq=size.seq, batch=1, **args)  # dynamic batch: bound to size.batch below
+    module = _bert_module(**args).to(device)
+    sdpa = _bert_module(**args).to(device)
+    sdpa.bert.set_attn_implementation("sdpa")
+    return ModelUnderTest(name, f"BertModel L{size.layers} H{size.hidden} A{size.heads} I{size.intermediate}, "
+                          f"batch {size.batch} x seq {size.seq}, {dtype}, random init",
+                          path, {"input_ids": (size.batch, size.seq)}, module, {"torch_eager_sdpa": sdpa})
+
+
+class TinyResNet(torch.nn.Module):
+    """The smoke stand-in for ResNet-50 (no torchvision on the CPU box): stem conv, BN, ReLU, max
+    pool, one bottleneck block with a projected shortcut, global pooling and the classifier."""
+
+    def __init__(self, width: int = 8, classes: int = 10) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.stem = nn.Sequential(nn.Conv2d(3, width, 7, 2, 3, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+                                  nn.MaxPool2d(3, 2, 1))
+        self.block = nn.Sequential(nn.Conv2d(width, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+                                   nn.Conv2d(width, width, 3, padding=1, bias=False), nn.BatchNorm2d(width),
+                                   nn.ReLU(), nn.Conv2d(width, 4 * width, 1, bias=False), nn.BatchNorm2d(4 * width))
+        self.shortcut = nn.Sequential(nn.Conv2d(width, 4 * width, 1, bias=False), nn.BatchNorm2d(4 * width))
+        self.head = nn.Linear(4 * width, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        x = torch.relu(self.block(x) + self.shortcut(x))
+        return self.head(torch.flatten(torch.nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+def resnet(name: str, smoke: bool, batch: int, dtype: str, device: torch.device, folder: Path) -> ModelUnderTest:
+    """torchvision's resnet50(weights=None) (TinyResNet for --smoke), seed 0, exported at batch 1
+    with a dynamic batch axis from the very module that is timed."""
+    torch.manual_seed(0)
+    if smoke:
+        module, side, label = TinyResNet(), 32, "TinyResNet (smoke stand-in)"
+    else:
+        import torchvision
+
+        module, side, label = torchvision.models.resnet50(weights=None), 224, "resnet50"
+    module = module.eval().to(device=device, dtype=getattr(torch, dtype))
+    path = folder / f"{label.split()[0].lower()}-{dtype}.onnx"
+    example = torch.zeros(1, 3, side, side, dtype=getattr(torch, dtype), device=device)
+    with torch.no_grad():
+        torch.onnx.export(module, (example,), str(path), input_names=["input"], output_names=["logits"],
+                          dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}}, opset_version=17,
+                          dynamo=False)
+    return ModelUnderTest(name, f"{label}, batch {batch} x 3 x {side} x {side}, {dtype}, random init",
+                          path, {"input": (batch, 3, side, side)}, module, {})
+
+
+# --------------------------------------------------------------------------- timing
+
+def synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def timed_runs(run: Run, repeats: int) -> list[float]:
+    """Seconds per run: host clock, the device synchronized before and after each run."""
+    times = []
+    for _ in range(repeats):
+        synchronize()
+        start = time.perf_counter()
+        run()
+        synchronize()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def torch_run(module: Callable[..., Any], feeds: dict[str, np.ndarray], names: Sequence[str],
+              device: torch.device) -> Run:
+    """Host feeds to the device, the module, every output back to host memory."""
+    host = [torch.from_numpy(feeds[name]) for name in names]
+
+    def run() -> list[torch.Tensor]:
+        with torch.inference_mode():
+            out = module(*[x.to(device) for x in host])
+        return [o.cpu() for o in (out if isinstance(out, (tuple, list)) else (out,))]
+    return run
+
+
+def first_call_seconds(run: Run) -> float:
+    """Wall time of the first call: for torch.compile, the compilation (and autotuning)."""
+    synchronize()
+    start = time.perf_counter()
+    run()
+    synchronize()
+    return time.perf_counter() - start
+
+
+def rel_l2(got: Any, want: np.ndarray) -> float:
+    got64, want64 = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    if not np.all(np.isfinite(got64)):
+        return float("inf")
+    return float(np.linalg.norm(got64 - want64) / (np.linalg.norm(want64) or 1.0))
+
+
+# --------------------------------------------------------------------------- one model
+
+def bench_model(model: ModelUnderTest, args: argparse.Namespace, device: torch.device, work: Path,
+                dtype: str) -> dict[str, Any]:
+    pack_path = work / f"{model.name}.pkpack"
+    say = (lambda line: print(f"  [{model.name}] {line}", flush=True))
+    extra = {} if not args.smoke else dict(measure=MeasureOptions(warmup=1, repeats=3, input_sets=2),
+                                            min_task_trials=1)
+    report = portkern.tune(model.onnx_path, target=args.target, shapes=model.shapes, out=pack_path,
+                           trials=args.trials, per_task_trials=args.per_task_trials,
+                           time_budget_s=args.time_budget, progress=say, **extra)
+    session = portkern.Session(model.onnx_path, pack_path)
+    graph = session.graph
+    feeds = random_feeds(graph, seed=3)
+    runners: dict[str, Run] = {"portkern": lambda: session.run(feeds)}
+    runners["torch_eager"] = torch_run(model.module, feeds, graph.inputs, device)
+    runners.update({name: torch_run(module, feeds, graph.inputs, device) for name, module in model.extra_eager.items()})
+    compile_seconds: dict[str, float] = {}
+    errors: dict[str, str] = {}
+    for mode in args.compile_modes:
+        name = "torch_compile" if mode == "default" else f"torch_compile_{mode.replace('-', '_')}"
+        torch._dynamo.reset()
+        run = torch_run(torch.compile(model.module, mode=mode), feeds, graph.inputs, device)
+        try:
+            compile_seconds[name] = first_call_seconds(run)
+        except Exception as exc:  # a compiler failure is a result, not a crash
+            errors[name] = f"{type(exc).__name__}: {exc}"[:500]
+            continue
+        runners[name] = run
+    times: dict[str, list[float]] = {name: [] for name in runners}
+    for name, run in runners.items():  # warm-up: compiles kernels, captures the Session's CUDA graph
+        for _ in range(3):
+            run()
+    for _ in range(args.rounds):
+        for name, run in runners.items():
+            times[name] += timed_runs(run, args.repeats)
+    seconds = {name: statistics.median(values) for name, values in times.items()}
+
+    reference = ort.InferenceSession(str(model.onnx_path), providers=["CPUExecutionProvider"])
+    want = dict(zip(graph.outputs, reference.run(graph.outputs, feeds)))
+    tolerance = 1e-2 if dtype in ("float16", "bfloat16") else 1e-4
+    got = session.run(feeds)
+    eager = runners["torch_eager"]()
+    portkern_errors = {name: rel_l2(got[name], want[name]) for name in graph.outputs}
+    row = {
+        "model": model.name, "description": model.description,
+        "shapes": {k: list(v) for k, v in model.shapes.items()},
+        "seconds": seconds, "times": times,
+        "speedup_of_portkern": {name: t / seconds["portkern"] for name, t in seconds.items() if name != "portkern"},
+        "compile_wall_seconds": compile_seconds, "errors": errors,
+        "portkern": {
+            "tune_wall_seconds": report.wall_seconds, "time_budget_seconds": args.time_budget,
+            "tasks": len(session.tasks), "kernels_in_pack": len(session.kernels),
+            "baseline_tasks": len(session.baselines), "glue_stretches": len(session.pieces),
+            "host_fallbacks": [[node.name, node.op_type, reason] for node, reason in session.host_fallbacks],
+            "cuda_graph": session.replays_cuda_graph, "cuda_graph_error": session.cuda_graph_error,
+            "tune_end_to_end": report.end_to_end,
+            "tasks_tuned": [outcome.to_dict() for outcome in report.outcomes],
+        },
+        "check": {"reference": "onnxruntime CPU on the same ONNX file and feeds", "tolerance_rel_l2": tolerance,
+                  "portkern_rel_l2": portkern_errors,
+                  "torch_eager_rel_l2": {name: rel_l2(value.float().numpy(), want[name])
+                                         for name, value in zip(graph.outputs, eager)},
+                  "passed": all(error <= tolerance for error in portkern_errors.values())},
+    }
+    ratios = "  ".join(f"{name} {t * 1e3:.3f} ms ({row['speedup_of_portkern'].get(name, 1.0):.2f}x)"
+                       for name, t in seconds.items())
+    print(f"{model.name}: {ratios} | tuned {report.wall_seconds:.0f} s, {len(session.kernels)}/{len(session.tasks)} "
+          f"tasks on pack kernels, cuda graph {session.replays_cuda_graph} | rel L2 vs onnxruntime "
+          f"{max(portkern_errors.values()):.2e} (tolerance {tolerance:g})", flush=True)
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default="bert-base,resnet50", help="comma-separated: bert-base, resnet50")
+    parser.add_argument("--target", default="h200")
+    parser.add_argument("--time-budget", type=float, default=240.0, help="portkern's tuning budget per model, s")
+    parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--per-task-trials", type=int, default=24)
+    parser.add_argument("--repeats", type=int, default=20, help="timed runs per runner per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", default="gpu_models.json")
+    parser.add_argument("--batch", type=int, default=32, help="batch size of both models")
+    parser.add_argument("--compile-modes", default="default,max-autotune",
+                        help="torch.compile modes to time, comma-separated ('' for none)")
+    parser.add_argument("--smoke", action="store_true", help="tiny fp32 models on the CPU, no torch.compile")
+    args = parser.parse_args()
+    args.compile_modes = [mode for mode in args.compile_modes.split(",") if mode]
+    if args.smoke:
+        args.time_budget, args.trials, args.per_task_trials, args.repeats, args.rounds = 20.0, 6, 2, 2, 1
+        args.batch, args.compile_modes = 2, []
+    elif not torch.cuda.is_available():
+        parser.error("no CUDA device: run on the GPU machine, or use --smoke")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = "float32" if args.smoke else "float16"
+    builders: dict[str, Callable[[Path], ModelUnderTest]] = {
+        "bert-base": lambda folder: bert("bert-base", replace(BERT_SMOKE if args.smoke else BERT_BASE,
+                                                              batch=args.batch), dtype, device, folder),
+        "resnet50": lambda folder: resnet("resnet50", args.smoke, args.batch, dtype, device, folder),
+    }
+    unknown = set(args.models.split(",")) - set(builders)
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(sorted(unknown))}; known: {', '.join(builders)}")
+    import onnx
+    import transformers
+
+    try:
+        import torchvision
+        vision = torchvision.__version__
+    except ImportError:
+        vision = "not installed"
+    document: dict[str, Any] = {
+        "benchmark": "whole models: portkern.Session with a tuned pack vs torch eager / torch.compile / "
+                     "torch.compile max-autotune, same process, same inputs",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "command": " ".join(sys.argv),
+        "smoke": args.smoke, "dtype": dtype,
+        "device": get_backend(load_target(args.target)).fingerprint(),
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                     "onnx": onnx.__version__, "onnxruntime": ort.__version__, "torchvision": vision,
+                     "portkern": portkern.__version__},
+        "method": f"median of {args.rounds} rounds x {args.repeats} runs per runner after 3 warm-up runs, runners "
+                  "alternating per round; each run: feeds from host memory, outputs to host memory, device "
+                  "synchronized before and after, host clock",
+        "rows": [],
+    }
+    with tempfile.TemporaryDirectory(prefix="pk-gpu-models-") as scratch:
+        for name in args.models.split(","):
+            folder = Path(scratch) / name
+            folder.mkdir()
+            print(f"{name}: exporting ...", flush=True)
+            document["rows"].append(bench_model(builders[name](folder), args, device, folder, dtype))
+            Path(args.out).write_text(json.dumps(document, indent=1, default=str))
+    failed = [row["model"] for row in document["rows"] if not row["check"]["passed"]]
+    if failed:
+        print(f"output check FAILED for {', '.join(failed)}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

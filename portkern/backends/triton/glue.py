@@ -1,0 +1,461 @@
+"""Glue on the device: the ONNX nodes between kernel tasks (Reshape, Transpose, Gather, Add, ...)
+as torch ops on the tensors kernels read and write, so a model's values stay on the GPU.
+
+One registry, GLUE: op type -> fn(node, inputs, context) -> outputs. The semantics are the numpy
+executor's (executor.py, the ground truth), and so is the attribute handling: its helpers read
+axes, pads and pool geometry, and the order-keeping shape ops (Reshape, Flatten, Squeeze,
+Unsqueeze, Split) run the executor's own op on a zero-byte stand-in of the input to learn the
+output shape. Inputs the importer requires to be constants (onnx_import.VALUE_SHAPED_INPUTS:
+shapes, axes, starts, sizes) arrive as host numpy arrays, every other input as a tensor on the
+device; outputs are made contiguous, as the executor's are. Contractions in fp16/bf16 accumulate
+in fp32 (cuBLAS, cuDNN), which is how the executor computes them too. Weights move to the device
+when the piece is built and no op copies from the host while it runs (a CUDA graph capture forbids
+that), except the ops computed on the host, which the importer folds away in practice.
+
+A node whose op is not here, or whose form is not (LIMITS), runs in the executor on the host,
+device -> host -> device (base.ExecutorStretch); the piece lists it and the runtime reports it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+import ml_dtypes
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ...errors import UnsupportedOpError
+from ...executor import (OPS, _attr, _coerced_2d, _conv_geometry, _ints, _onnx_dtype, _opt, _pool_geometry,
+                         _reduce_axes, _stash_dtype)
+from ...ir import Node
+from ...onnx_import import VALUE_SHAPED_INPUTS
+from ..base import ExecutorStretch, StretchPiece
+from .modules import torch_dtype
+
+if TYPE_CHECKING:
+    from .backend import TritonBackend
+
+
+@dataclass(frozen=True)
+class GlueContext:
+    """What an op needs besides its node and inputs."""
+
+    opset: int
+    backend: TritonBackend  # its device, and its host <-> device copies for values made on the host
+
+
+GlueOp = Callable[[Node, list[Any], GlueContext], list[torch.Tensor]]
+GLUE: dict[str, GlueOp] = {}
+
+
+def _register(*op_types: str) -> Callable[[GlueOp], GlueOp]:
+    def wrap(fn: GlueOp) -> GlueOp:
+        for op_type in op_types:
+            GLUE[op_type] = fn
+        return fn
+    return wrap
+
+
+def _stand_in(x: torch.Tensor) -> np.ndarray:
+    """A zero-byte numpy array with x's shape and dtype, for the executor's ops and helpers that
+    decide shapes, axes and dtypes (numpy knows bfloat16 through ml_dtypes)."""
+    name = str(x.dtype).removeprefix("torch.")
+    dtype = np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
+    return np.broadcast_to(np.zeros((), dtype), tuple(x.shape))
+
+
+def _torch_pads(begins: Sequence[int], ends: Sequence[int]) -> list[int]:
+    """ONNX begin/end pads per spatial axis -> F.pad's order (last axis first)."""
+    return [pad for begin, end in reversed(list(zip(begins, ends))) for pad in (begin, end)]
+
+
+# --------------------------------------------------------------------------- elementwise
+
+UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "Abs": torch.abs, "Neg": torch.neg, "Exp": torch.exp, "Log": torch.log, "Sqrt": torch.sqrt,
+    "Reciprocal": torch.reciprocal, "Sin": torch.sin, "Cos": torch.cos, "Tanh": torch.tanh,
+    "Erf": torch.erf, "Relu": torch.relu, "Sigmoid": torch.sigmoid, "Floor": torch.floor,
+    "Ceil": torch.ceil, "Sign": torch.sign, "Round": torch.round, "Not": torch.logical_not,
+    "IsNaN": torch.isnan,
+}
+
+
+@_register(*UNARY)
+def _unary(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    return [UNARY[node.op_type](inputs[0])]
+
+
+def _divide(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Integer division truncates toward zero, as onnxruntime (and the executor) compute it."""
+    if a.is_floating_point() or b.is_floating_point():
+        return torch.div(a, b)
+    return torch.div(a, b, rounding_mode="trunc")
+
+
+def _power(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The base's type, whatever the exponent's (ONNX); integer bases go through float64."""
+    if a.is_floating_point():
+        return torch.pow(a, b.to(a.dtype))
+    return torch.pow(a.double(), b)
+
+
+BINARY: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "Add": torch.add, "Sub": torch.sub, "Mul": torch.mul, "Div": _divide, "Pow": _power,
+    "Equal": torch.eq, "Less": torch.lt, "Greater": torch.gt, "LessOrEqual": torch.le,
+    "GreaterOrEqual": torch.ge, "And": torch.logical_and, "Or": torch.logical_or,
+    "Xor": torch.logical_xor, "PRelu": lambda a, b: torch.where(a < 0, a * b, a),
+}
+
+
+@_register(*BINARY)
+def _binary(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """The result keeps the first input's dtype unless it is boolean (the executor's rule)."""
+    a, b = inputs[0], inputs[1]
+    out = BINARY[node.op_type](a, b)
+    return [out if out.dtype == torch.bool else out.to(a.dtype)]
+
+
+@_register("Where")
+def _where(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    cond, a, b = inputs[:3]
+    return [torch.where(cond, a, b).to(a.dtype)]
+
+
+@_register("Clip")
+def _clip(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """Bounds from attributes (before opset 11) or inputs, in x's dtype."""
+    x = inputs[0]
+    low = node.attrs["min"] if "min" in node.attrs else _opt(inputs, 1)
+    high = node.attrs["max"] if "max" in node.attrs else _opt(inputs, 2)
+    if low is None and high is None:
+        return [x]
+
+    def bound(value: Any) -> Any:
+        return value.to(x.dtype) if isinstance(value, torch.Tensor) else value
+    return [torch.clamp(x, min=bound(low), max=bound(high))]
+
+
+@_register("Cast", "CastLike")
+def _cast(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """Float to integer truncates toward zero in torch as in the executor."""
+    x = inputs[0]
+    target = inputs[1].dtype if node.op_type == "CastLike" else torch_dtype(_onnx_dtype(_attr(node, "to")).name)
+    return [x.to(target)]
+
+
+@_register("Identity", "Dropout")
+def _identity(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """Dropout is inference-only (LIMITS sends a training_mode input to the executor)."""
+    x = inputs[0]
+    if len(node.outputs) > 1 and node.outputs[1]:
+        return [x, torch.ones(x.shape, dtype=torch.bool, device=x.device)]
+    return [x]
+
+
+# --------------------------------------------------------------------------- shapes and data movement
+
+@_register("Constant", "ConstantOfShape", "Range", "Shape", "Size")
+def _computed_on_host(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """Ops whose output follows from host values and shapes alone (the importer folds them when
+    their inputs are constants): the executor computes them, the result moves to the device (a
+    host-to-device copy: a run holding one stays out of a CUDA graph)."""
+    host = [_stand_in(value) if isinstance(value, torch.Tensor) else value for value in inputs]
+    return [context.backend.to_device(np.asarray(out)) for out in OPS[node.op_type](node, host, context.opset)]
+
+
+@_register("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+def _reshape(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """Order-keeping shape ops: the executor's own op on a stand-in of x gives the output shape
+    (opset forms, negative axes, allowzero, Squeeze without axes); torch only reshapes."""
+    x = inputs[0]
+    shape = OPS[node.op_type](node, [_stand_in(x), *inputs[1:]], context.opset)[0].shape
+    return [x.reshape(shape)]
+
+
+@_register("Split")
+def _split(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """The executor splits a stand-in of x (sizes from the attribute, the input or num_outputs);
+    torch splits x into parts of the same sizes."""
+    x = inputs[0]
+    axis = _attr(node, "axis", 0) % x.ndim
+    parts = OPS["Split"](node, [_stand_in(x), *inputs[1:]], context.opset)
+    return list(torch.split(x, [part.shape[axis] for part in parts], dim=axis))
+
+
+@_register("Transpose")
+def _transpose(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    x = inputs[0]
+    perm = _attr(node, "perm", None)
+    return [x.permute(tuple(perm) if perm is not None else tuple(reversed(range(x.ndim))))]
+
+
+@_register("Expand")
+def _expand(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    x = inputs[0]
+    return [x.expand(torch.broadcast_shapes(tuple(x.shape), tuple(_ints(inputs[1]))))]
+
+
+@_register("Tile")
+def _tile(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    return [inputs[0].repeat(*_ints(inputs[1]))]
+
+
+@_register("Concat")
+def _concat(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    return [torch.cat([x for x in inputs if x is not None], dim=_attr(node, "axis"))]
+
+
+@_register("Slice")
+def _slice(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """Bounds clamped as Python slicing clamps them (the INT64 sentinels included); torch has no
+    negative step, so a reversed axis is gathered."""
+    x = inputs[0]
+    if "starts" in node.attrs:  # before opset 10: attributes, unit steps
+        starts, ends = _ints(node.attrs["starts"]), _ints(node.attrs["ends"])
+        axes, steps = node.attrs.get("axes"), None
+    else:
+        starts, ends = _ints(inputs[1]), _ints(inputs[2])
+        axes, steps = _opt(inputs, 3), _opt(inputs, 4)
+    out = x
+    for start, end, axis, step in zip(starts, ends, range(len(starts)) if axes is None else _ints(axes),
+                                      [1] * len(starts) if steps is None else _ints(steps)):
+        axis %= x.ndim
+        first, stop, step = slice(start, end, step).indices(x.shape[axis])
+        if step > 0:
+            out = out[(slice(None),) * axis + (slice(first, stop, step),)]
+        else:
+            out = out.index_select(axis, torch.arange(first, stop, step, device=x.device))
+    return [out]
+
+
+@_register("Gather")
+def _gather(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """Negative indices count from the end."""
+    x, indices = inputs[0], inputs[1]
+    axis = _attr(node, "axis", 0) % x.ndim
+    indices = torch.where(indices < 0, indices + x.shape[axis], indices)
+    picked = x.index_select(axis, indices.reshape(-1).long())
+    return [picked.reshape(x.shape[:axis] + indices.shape + x.shape[axis + 1:])]
+
+
+# --------------------------------------------------------------------------- reductions, normalization
+
+REDUCERS: dict[str, Callable[..., torch.Tensor]] = {
+    "ReduceMean": torch.mean, "ReduceSum": torch.sum, "ReduceMax": torch.amax, "ReduceMin": torch.amin,
+}
+
+
+@_register(*REDUCERS)
+def _reduce(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    x = inputs[0]
+    axes = _reduce_axes(node, inputs, x)  # None: noop_with_empty_axes and no axes
+    if axes is None:
+        return [x]
+    out = REDUCERS[node.op_type](x, dim=axes, keepdim=bool(_attr(node, "keepdims", 1)))
+    return [out.to(x.dtype)]
+
+
+@_register("Softmax", "LogSoftmax")
+def _softmax(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    x = inputs[0]
+    view, axis = _coerced_2d(node, x, context.opset)  # the 2-D coercion before opset 13
+    normalize = torch.softmax if node.op_type == "Softmax" else torch.log_softmax
+    return [normalize(view, dim=axis).reshape(x.shape)]
+
+
+@_register("LayerNormalization")
+def _layer_norm(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """F.layer_norm keeps fp16/bf16 statistics in fp32 (stash_type 1); the optional Mean and
+    InvStdDev outputs are computed in the executor's stash dtype when the graph reads them."""
+    x, scale, bias = inputs[0], inputs[1], _opt(inputs, 2)
+    axis = _attr(node, "axis", -1) % x.ndim
+    eps = float(_attr(node, "epsilon", 1e-5))
+    shape = x.shape[axis:]
+    out = F.layer_norm(x, shape, scale.expand(shape), None if bias is None else bias.expand(shape), eps)
+    if not any(node.outputs[1:]):
+        return [out]
+    work = x.to(torch_dtype(_stash_dtype(_stand_in(x), node).name))
+    var, mean = torch.var_mean(work, dim=tuple(range(axis, x.ndim)), keepdim=True, correction=0)
+    return [out, mean, torch.rsqrt(var + eps)]
+
+
+@_register("BatchNormalization")
+def _batch_norm(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """Inference form (LIMITS sends training_mode=1 to the executor)."""
+    x, scale, bias, mean, var = inputs[:5]
+    return [F.batch_norm(x, mean, var, scale, bias, training=False, eps=float(_attr(node, "epsilon", 1e-5)))]
+
+
+# --------------------------------------------------------------------------- contractions, pooling
+
+@_register("MatMul")
+def _matmul(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    return [torch.matmul(inputs[0], inputs[1])]
+
+
+@_register("Gemm")
+def _gemm(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """alpha * A' @ B' + beta * C, C added in the GEMM's epilogue (torch.addmm)."""
+    a, b, c = inputs[0], inputs[1], _opt(inputs, 2)
+    a = a.T if _attr(node, "transA", 0) else a
+    b = b.T if _attr(node, "transB", 0) else b
+    alpha, beta = float(_attr(node, "alpha", 1.0)), float(_attr(node, "beta", 1.0))
+    if c is None:
+        product = a @ b
+        return [product * alpha if alpha != 1.0 else product]
+    return [torch.addmm(c, a, b, beta=beta, alpha=alpha)]
+
+
+_CONV: dict[int, Callable[..., torch.Tensor]] = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+_MAX_POOL: dict[int, Callable[..., torch.Tensor]] = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
+_AVG_POOL: dict[int, Callable[..., torch.Tensor]] = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
+
+
+@_register("Conv")
+def _conv(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """Pads (auto_pad resolved) by the executor's geometry; asymmetric ones padded explicitly."""
+    x, w, bias = inputs[0], inputs[1], _opt(inputs, 2)
+    strides, dilations, begins, ends = _conv_geometry(node, x, list(w.shape[2:]))
+    if begins != ends:
+        x, begins = F.pad(x, _torch_pads(begins, ends)), [0] * len(begins)
+    return [_CONV[x.ndim - 2](x, w, bias, stride=strides, padding=begins, dilation=dilations,
+                              groups=_attr(node, "group", 1))]
+
+
+@_register("MaxPool", "AveragePool")
+def _pool(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """Windows over x padded by the executor's geometry (explicit pads, then room for ceil_mode's
+    last window), cut to its output shape. Averages divide by the elements each window counts:
+    real ones, plus the explicit pads under count_include_pad, never the ceil_mode room."""
+    x = inputs[0]
+    geometry = _pool_geometry(node, x)
+    rank, kernel, strides = len(geometry.kernel), geometry.kernel, geometry.strides
+    room = [end + extra for end, extra in zip(geometry.ends, geometry.extra)]
+    pads = _torch_pads(geometry.begins, room)
+    window = (slice(None), slice(None)) + tuple(slice(0, size) for size in geometry.out_shape)
+    if node.op_type == "MaxPool":
+        padded = F.pad(x, pads, value=-math.inf)
+        return [_MAX_POOL[rank](padded, kernel, strides, dilation=geometry.dilations)[window]]
+    sums = _AVG_POOL[rank](F.pad(x, pads), kernel, strides) * math.prod(kernel)
+    if _attr(node, "count_include_pad", 0):
+        explicit = [size + begin + end for size, begin, end in zip(x.shape[2:], geometry.begins, geometry.ends)]
+        counted = F.pad(torch.ones((1, 1, *explicit), dtype=x.dtype, device=x.device),
+                        _torch_pads([0] * rank, geometry.extra))
+    else:
+        counted = F.pad(torch.ones((1, 1, *x.shape[2:]), dtype=x.dtype, device=x.device), pads)
+    counts = _AVG_POOL[rank](counted, kernel, strides) * math.prod(kernel)
+    return [(sums / counts)[window]]
+
+
+@_register("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    x = inputs[0]
+    axes = tuple(range(2, x.ndim))
+    if node.op_type == "GlobalAveragePool":
+        return [torch.mean(x, dim=axes, keepdim=True)]
+    return [torch.amax(x, dim=axes, keepdim=True)]
+
+
+# --------------------------------------------------------------------------- what glue does not cover
+
+def _cast_limit(node: Node) -> str | None:
+    if node.op_type == "CastLike":
+        return None
+    target = _onnx_dtype(_attr(node, "to")).name
+    try:
+        torch_dtype(target)
+    except ValueError:
+        return f"a cast to {target}"
+    return None
+
+
+LIMITS: dict[str, Callable[[Node], str | None]] = {
+    "BatchNormalization": lambda node: "training_mode=1" if _attr(node, "training_mode", 0) else None,
+    "MaxPool": lambda node: "the Indices output" if len(node.outputs) > 1 and node.outputs[1] else None,
+    "AveragePool": lambda node: ("dilations" if any(d != 1 for d in _ints(_attr(node, "dilations", [1])))
+                                 else None),
+    "Dropout": lambda node: "a training_mode input" if len(node.inputs) > 2 and node.inputs[2] else None,
+    "Cast": _cast_limit,
+}
+
+
+def unsupported_reason(node: Node) -> str | None:
+    """Why a node cannot run as device glue (it then runs in the executor), or None."""
+    if node.domain not in ("", "ai.onnx") or node.op_type not in GLUE:
+        return f"no device glue for {node.op_type}"
+    limit = LIMITS.get(node.op_type)
+    problem = limit(node) if limit is not None else None
+    return f"device glue for {node.op_type} does not cover {problem}" if problem else None
+
+
+# --------------------------------------------------------------------------- the stretch runner
+
+class _GlueCall:
+    """One node as device glue: constants bound once (host arrays where the op reads them as
+    shapes or axes, device tensors elsewhere), the rest read from the piece's values."""
+
+    def __init__(self, node: Node, constants: Mapping[str, np.ndarray], device_constant: Callable[[str], torch.Tensor],
+                 context: GlueContext) -> None:
+        self.node, self.context, self.op = node, context, GLUE[node.op_type]
+        self.host_slots = frozenset(VALUE_SHAPED_INPUTS.get(node.op_type, ()))
+        self.bound: dict[int, Any] = {}
+        for slot, name in enumerate(node.inputs):
+            if name in constants:
+                self.bound[slot] = constants[name] if slot in self.host_slots else device_constant(name)
+
+    def __call__(self, env: dict[str, Any]) -> None:
+        node, to_host = self.node, self.context.backend.to_host
+        inputs: list[Any] = []
+        for slot, name in enumerate(node.inputs):
+            if slot in self.bound or not name:
+                inputs.append(self.bound.get(slot))
+            elif slot in self.host_slots:  # computed at run time (the importer folds these): read on the host
+                inputs.append(to_host(env[name]))
+            else:
+                inputs.append(env[name])
+        outputs = self.op(node, inputs, self.context)
+        for index, name in enumerate(node.outputs):
+            if not name:
+                continue
+            if index >= len(outputs):
+                raise UnsupportedOpError(node.op_type, node.name, f"output {index} is not computed on the device")
+            env[name] = outputs[index].contiguous()
+
+
+def stretch_piece(backend: TritonBackend, nodes: Sequence[Node], inputs: Sequence[str], outputs: Sequence[str],
+                  constants: Mapping[str, np.ndarray], opset: int) -> StretchPiece:
+    """The stretch as device glue, node by node in graph order, reading `inputs` (constants aside)
+    and returning `outputs`; a node glue does not cover runs in the executor on the host (listed
+    on the piece)."""
+    context = GlueContext(opset, backend)
+    on_device: dict[str, torch.Tensor] = {}
+
+    def device_constant(name: str) -> torch.Tensor:  # each weight moves to the device once
+        if name not in on_device:
+            on_device[name] = backend.to_device(constants[name])
+        return on_device[name]
+
+    calls: list[Callable[[dict[str, Any]], None]] = []
+    host_nodes: list[tuple[Node, str]] = []
+    for node in nodes:
+        reason = unsupported_reason(node)
+        if reason is None:
+            calls.append(_GlueCall(node, constants, device_constant, context))
+            continue
+        host_nodes.append((node, reason))
+        on_host = ExecutorStretch([node], [name for name in node.outputs if name], constants, opset,
+                                  backend.to_host, backend.to_device)
+        calls.append(lambda env, on_host=on_host: env.update(on_host(env)))
+    read, wanted = list(inputs), list(outputs)
+
+    def run(values: Mapping[str, Any]) -> dict[str, Any]:
+        env = {name: values[name] for name in read}
+        for call in calls:
+            call(env)
+        return {name: env[name] for name in wanted}
+    return StretchPiece(run, tuple(host_nodes))
+
+
+__all__ = ["GLUE", "LIMITS", "GlueContext", "stretch_piece", "unsupported_reason"]

@@ -1,0 +1,114 @@
+"""Elementwise chains as one TE computation: partition.py's expression language (steps "t0".."tN"
+over inputs "in0".."inK", broadcast to the output's shape, and inline float constants).
+
+Only a computation: the CUDA family schedules it (cuda/elementwise.py); the CPU family has no
+elementwise template yet. Steps compute in float32; the activations are common.ACTIVATIONS (the
+GEMM epilogue's own forms), pow by a constant 2, 3 or 0.5 is a product or a square root (exact
+for negative bases, which a fast-math powf is not).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+import tvm
+from tvm import te
+
+from ...tasks import Task
+from .common import ACTIVATIONS, Computation
+
+Operand = Any  # a step's tensor or a float constant
+
+_BINARY: dict[str, Callable[[Any, Any], Any]] = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / b, "max": te.max, "min": te.min, "pow": te.power,
+}
+_UNARY: dict[str, Callable[[Any], Any]] = {
+    "sqrt": te.sqrt, "exp": te.exp, "log": te.log, "erf": te.erf, "abs": te.abs,
+    "neg": lambda a: -a, "reciprocal": lambda a: 1.0 / a,
+}
+_POWERS: dict[float, Callable[[Any], Any]] = {2.0: lambda a: a * a, 3.0: lambda a: a * a * a, 0.5: te.sqrt}
+STEPS = frozenset({*_BINARY, *_UNARY, *ACTIVATIONS, "cast", "where"}) - {"none", "relu6", "silu"}
+
+
+def check_expression(task: Task) -> str | None:
+    """Why this template cannot compute the task's expression, or None."""
+    if task.outputs[0].dtype != "float32":
+        return f"the elementwise template computes float32 only (output is {task.outputs[0].dtype})"
+    conditions = {step[1] for step in task.attr("expr") if step[0] == "where" and isinstance(step[1], str)}
+    for index, spec in enumerate(task.inputs):
+        expected = "bool" if f"in{index}" in conditions else "float32"
+        if spec.dtype != expected:
+            return f"input in{index} is {spec.dtype}; the elementwise template takes {expected} there"
+    for op, *args in task.attr("expr"):
+        if op not in STEPS:
+            return f"expression step {op!r} has no TVM form here"
+        if op == "cast" and args[1] != "float32":
+            return f"cast to {args[1]}: the elementwise template computes float32 only"
+    return None
+
+
+def computation(task: Task) -> Computation:
+    """The expression over the flat output (one index, however many axes the output has): one
+    stage per step ("t0".."tN", the `stages`; what a step computes internally, such as an
+    activation's polynomial, is inlined into it) and "out". A schedule keeps the steps apart:
+    inlined into each other, an activation that reads its operand many times would copy the
+    whole chain before it that many times. An input of the output's shape is read flat too; a
+    broadcast one at the coordinates it has."""
+    out_shape = tuple(int(size) for size in task.outputs[0].shape)
+    flat = (math.prod(out_shape),)
+    placeholders: list[te.Tensor] = []
+    values: dict[str, te.Tensor] = {}
+    for index, spec in enumerate(task.inputs):
+        shape = flat if tuple(spec.shape) == out_shape else tuple(spec.shape)
+        placeholder = te.placeholder(shape, spec.dtype, name=f"in{index}")
+        placeholders.append(placeholder)
+        values[f"in{index}"] = placeholder if shape == flat else _broadcast(placeholder, out_shape)
+
+    def tensor(ref: Operand) -> te.Tensor:
+        if isinstance(ref, str):
+            return values[ref]
+        return te.compute(flat, lambda f: tvm.tirx.const(float(ref), "float32"), name="constant")
+
+    steps = [f"t{index}" for index in range(len(task.attr("expr")))]
+    for name, (op, *args) in zip(steps, task.attr("expr")):
+        values[name] = _renamed(_step(op, args, tensor, flat, f"{name}_{op}"), name)
+    out = _renamed(values[steps[-1]], "out")
+    shapes = tuple(tuple(int(size) for size in p.shape) for p in placeholders)
+    return Computation((*placeholders, out), (*shapes, flat), tuple(steps))
+
+
+def _renamed(x: te.Tensor, name: str) -> te.Tensor:
+    return te.compute(x.shape, lambda *i: x(*i), name=name)
+
+
+def _broadcast(x: te.Tensor, out_shape: Sequence[int]) -> te.Tensor:
+    """x at every flat index of `out_shape`, numpy broadcasting rules (size-1 and missing axes
+    repeat)."""
+    offset = len(out_shape) - len(x.shape)
+    strides = [math.prod(out_shape[axis + 1:]) for axis in range(len(out_shape))]
+
+    def at(f: Any) -> Any:
+        return x[tuple(0 if int(size) == 1 else f // strides[offset + axis] % out_shape[offset + axis]
+                       for axis, size in enumerate(x.shape))]
+
+    return te.compute((math.prod(out_shape),), at, name=f"{x.op.name}_broadcast")
+
+
+def _step(op: str, args: Sequence[Any], tensor: Callable[[Operand], te.Tensor], shape: tuple[int, ...],
+          name: str) -> te.Tensor:
+    if op in ACTIVATIONS:
+        return ACTIVATIONS[op](tensor(args[0]))
+    if op == "cast":
+        return tensor(args[0])  # float32 to float32 (check_expression refuses the rest)
+    if op == "where":
+        condition, a, b = (tensor(arg) for arg in args)
+        return te.compute(shape, lambda *i: te.if_then_else(condition(*i), a(*i), b(*i)), name=name)
+    if op == "pow" and not isinstance(args[1], str) and float(args[1]) in _POWERS:
+        base = tensor(args[0])
+        return te.compute(shape, lambda *i: _POWERS[float(args[1])](base(*i)), name=name)
+    if op in _BINARY:
+        a, b = tensor(args[0]), tensor(args[1])
+        return te.compute(shape, lambda *i: _BINARY[op](a(*i), b(*i)), name=name)
+    operand = tensor(args[0])
+    return te.compute(shape, lambda *i: _UNARY[op](operand(*i)), name=name)

@@ -1,0 +1,360 @@
+"""The device-resident runtime: glue ops against the numpy executor, whole models through a Triton
+Session (torch on CPU tensors and the Triton interpreter here) against onnxruntime, the executor
+fallback for ops glue does not cover, and the CUDA-graph control flow on a stand-in for the GPU."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from portkern.backends import get_backend
+from portkern.backends.base import Artifact, Candidate
+from portkern.backends.triton import TritonBackend
+from portkern.backends.triton.glue import stretch_piece, unsupported_reason
+from portkern.executor import run_nodes
+from portkern.hwprofile import load_target
+from portkern.ir import Node
+from portkern.models import export_bert, random_feeds
+from portkern.onnx_import import load_model
+from portkern.pack import Pack, PackEntry
+from portkern.partition import partition
+from portkern import runtime
+from portkern.runtime import Session
+from portkern.search.records import Measurement, Verdict
+
+INT64_MAX = np.iinfo(np.int64).max
+
+
+@pytest.fixture(scope="module")
+def backend() -> TritonBackend:
+    found = get_backend(load_target("h200"))
+    assert isinstance(found, TritonBackend)
+    return found
+
+
+# --- glue ops vs the numpy executor --------------------------------------------------------------
+
+def _f32(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def _ints(*values: int) -> np.ndarray:
+    return np.array(values, dtype=np.int64)
+
+
+def _cases() -> list[Any]:
+    """(op, attrs, data inputs, constant inputs, number of outputs, opset, tolerance); a name ''
+    in the input order marks an omitted optional input. Data inputs are device tensors, constants
+    go in as the graph's constants (host arrays where the op reads shapes or axes)."""
+    rng = np.random.default_rng(0)
+    x3 = _f32(rng, 2, 3, 4)
+    x4 = _f32(rng, 2, 4, 9, 7)
+    cases: list[tuple[str, str, dict[str, Any], dict[str, Any], dict[str, Any], int, int, float]] = [
+        ("reshape-zero-copies", "Reshape", {}, {"x": x3}, {"shape": _ints(0, -1)}, 1, 17, 0),
+        ("reshape-allowzero", "Reshape", {"allowzero": 1}, {"x": np.zeros((0, 2, 2), np.float32)},
+         {"shape": _ints(0, 4)}, 1, 17, 0),
+        ("flatten-negative-axis", "Flatten", {"axis": -1}, {"x": x3}, {}, 1, 17, 0),
+        ("flatten-axis-0", "Flatten", {"axis": 0}, {"x": x3}, {}, 1, 17, 0),
+        ("transpose-perm", "Transpose", {"perm": [2, 0, 1]}, {"x": x3}, {}, 1, 17, 0),
+        ("transpose-reversed", "Transpose", {}, {"x": x4}, {}, 1, 17, 0),
+        ("squeeze-negative-axis", "Squeeze", {}, {"x": _f32(rng, 3, 1, 4, 1)}, {"axes": _ints(-1)}, 1, 17, 0),
+        ("squeeze-attr-opset11", "Squeeze", {"axes": [1]}, {"x": _f32(rng, 3, 1, 4, 1)}, {}, 1, 11, 0),
+        ("squeeze-all-ones", "Squeeze", {}, {"x": _f32(rng, 1, 3, 1)}, {}, 1, 17, 0),
+        ("unsqueeze-negative-axes", "Unsqueeze", {}, {"x": x3}, {"axes": _ints(-1, 0)}, 1, 17, 0),
+        ("unsqueeze-attr-opset11", "Unsqueeze", {"axes": [1, 4]}, {"x": x3}, {}, 1, 11, 0),
+        ("concat-negative-axis", "Concat", {"axis": -2}, {"a": x3, "b": _f32(rng, 2, 5, 4), "c": x3}, {}, 1, 17, 0),
+        ("split-sizes-input", "Split", {"axis": -1}, {"x": x3}, {"split": _ints(1, 3)}, 2, 17, 0),
+        ("split-uneven-num-outputs", "Split", {"axis": 2, "num_outputs": 3}, {"x": x4}, {}, 3, 18, 0),
+        ("split-attr-opset11", "Split", {"axis": 1, "split": [1, 2]}, {"x": x3}, {}, 2, 11, 0),
+        ("slice-negative-sentinels", "Slice", {}, {"x": x4},
+         {"starts": _ints(-5, 0), "ends": _ints(INT64_MAX, -1), "axes": _ints(-2, 1), "steps": _ints(1, 2)},
+         1, 17, 0),
+        ("slice-negative-step", "Slice", {}, {"x": x4},
+         {"starts": _ints(-1, 5), "ends": _ints(-INT64_MAX, 0), "axes": _ints(3, 2), "steps": _ints(-2, -3)},
+         1, 17, 0),
+        ("slice-attrs-opset9", "Slice", {"starts": [1, -3], "ends": [3, 1000], "axes": [0, 2]}, {"x": x3}, {},
+         1, 9, 0),
+        ("gather-negative-indices", "Gather", {"axis": -1}, {"x": x3}, {"i": np.array([[-1, 0], [2, -4]])},
+         1, 17, 0),
+        ("gather-scalar-index", "Gather", {"axis": 0}, {"x": x3}, {"i": np.array(1, np.int64)}, 1, 17, 0),
+        ("cast-float-to-int-truncates", "Cast", {"to": TensorProto.INT32}, {"x": x3 * 5}, {}, 1, 17, 0),
+        ("cast-to-float16", "Cast", {"to": TensorProto.FLOAT16}, {"x": x3}, {}, 1, 17, 0),
+        ("castlike-int-to-float", "CastLike", {}, {"x": _ints(-3, 7), "like": x3}, {}, 1, 17, 0),
+        ("add-broadcast", "Add", {}, {"a": x3, "b": _f32(rng, 3, 1)}, {}, 1, 17, 1e-6),
+        ("sub-constant", "Sub", {}, {"a": x3}, {"b": np.float32(0.5)}, 1, 17, 1e-6),
+        ("mul-fp16", "Mul", {}, {"a": x3.astype(np.float16), "b": x3.astype(np.float16)}, {}, 1, 17, 1e-3),
+        ("div", "Div", {}, {"a": x3, "b": x3 + 3}, {}, 1, 17, 1e-6),
+        ("div-int-truncates", "Div", {}, {"a": _ints(-7, 7, -8, 9), "b": _ints(2, -2, 3, 4)}, {}, 1, 17, 0),
+        ("pow-float-exponent", "Pow", {}, {"a": np.abs(x3) + 0.1}, {"b": np.float32(1.5)}, 1, 17, 1e-5),
+        ("pow-int-exponent", "Pow", {}, {"a": x3}, {"b": np.int64(3)}, 1, 17, 1e-5),
+        ("sqrt", "Sqrt", {}, {"x": np.abs(x3)}, {}, 1, 17, 1e-6),
+        ("erf", "Erf", {}, {"x": x3 * 2}, {}, 1, 17, 1e-6),
+        ("tanh", "Tanh", {}, {"x": x3 * 3}, {}, 1, 17, 1e-6),
+        ("relu", "Relu", {}, {"x": x3}, {}, 1, 17, 0),
+        ("sigmoid", "Sigmoid", {}, {"x": x3 * 4}, {}, 1, 17, 1e-6),
+        ("where", "Where", {}, {"c": x3 > 0, "a": x3}, {"b": np.float32(-3.4e38)}, 1, 17, 0),
+        ("equal-int", "Equal", {}, {"a": _ints(1, 2, 3, 4), "b": _ints(1, 0, 3, 0)}, {}, 1, 17, 0),
+        ("not", "Not", {}, {"x": x3 > 0}, {}, 1, 17, 0),
+        ("and", "And", {}, {"a": x3 > 0, "b": x3 < 0.5}, {}, 1, 17, 0),
+        ("expand", "Expand", {}, {"x": _f32(rng, 1, 5, 1)}, {"shape": _ints(3, 1, 4)}, 1, 17, 0),
+        ("tile", "Tile", {}, {"x": x3}, {"repeats": _ints(1, 2, 3)}, 1, 17, 0),
+        ("clip-inputs", "Clip", {}, {"x": x3}, {"low": np.float32(-0.5), "high": np.float32(0.7)}, 1, 17, 0),
+        ("clip-max-only", "Clip", {}, {"x": x3, "": None}, {"high": np.float32(0.1)}, 1, 17, 0),
+        ("clip-attrs-opset6", "Clip", {"min": -0.2, "max": 0.3}, {"x": x3}, {}, 1, 6, 0),
+        ("matmul-batched", "MatMul", {}, {"a": x3, "b": _f32(rng, 4, 5)}, {}, 1, 17, 1e-5),
+        ("matmul-fp16", "MatMul", {}, {"a": x3.astype(np.float16)}, {"b": _f32(rng, 4, 6).astype(np.float16)},
+         1, 17, 2e-3),
+        ("gemm-transposes-alpha-beta", "Gemm", {"transA": 1, "transB": 1, "alpha": 0.5, "beta": 2.0},
+         {"a": _f32(rng, 4, 3)}, {"b": _f32(rng, 5, 4), "c": _f32(rng, 5)}, 1, 17, 1e-5),
+        ("gemm-no-c", "Gemm", {"alpha": 3.0}, {"a": _f32(rng, 3, 4)}, {"b": _f32(rng, 4, 5)}, 1, 17, 1e-5),
+        ("softmax-last-axis", "Softmax", {"axis": -1}, {"x": x4 * 10}, {}, 1, 17, 1e-5),
+        ("softmax-coerced-opset11", "Softmax", {"axis": 1}, {"x": x4}, {}, 1, 11, 1e-5),
+        ("softmax-fp16", "Softmax", {"axis": 2}, {"x": x4.astype(np.float16)}, {}, 1, 17, 2e-3),
+        ("logsoftmax", "LogSoftmax", {"axis": 0}, {"x": x3}, {}, 1, 17, 1e-5),
+        ("reducemean-negative-axis", "ReduceMean", {"keepdims": 0}, {"x": x4}, {"axes": _ints(-1)}, 1, 18, 1e-5),
+        ("reducemean-attr-opset13", "ReduceMean", {"axes": [1, 2]}, {"x": x4}, {}, 1, 13, 1e-5),
+        ("reducemean-all", "ReduceMean", {"keepdims": 1}, {"x": x3}, {}, 1, 18, 1e-5),
+        ("reducesum-noop", "ReduceSum", {"noop_with_empty_axes": 1}, {"x": x3}, {}, 1, 18, 0),
+        ("layernorm", "LayerNormalization", {"axis": -1, "epsilon": 1e-3}, {"x": x4},
+         {"scale": _f32(rng, 7), "bias": _f32(rng, 7)}, 1, 17, 1e-5),
+        ("layernorm-stats", "LayerNormalization", {"axis": 2}, {"x": x4}, {"scale": _f32(rng, 9, 7)}, 3, 17, 1e-5),
+        ("layernorm-fp16", "LayerNormalization", {}, {"x": x4.astype(np.float16)},
+         {"scale": _f32(rng, 7).astype(np.float16), "bias": _f32(rng, 7).astype(np.float16)}, 1, 17, 2e-3),
+        ("batchnorm", "BatchNormalization", {"epsilon": 1e-3}, {"x": x4},
+         {"scale": _f32(rng, 4), "bias": _f32(rng, 4), "mean": _f32(rng, 4), "var": np.abs(_f32(rng, 4)) + 0.5},
+         1, 17, 1e-5),
+        ("conv-asymmetric-pads-groups", "Conv",
+         {"pads": [1, 0, 2, 1], "strides": [2, 1], "dilations": [1, 2], "group": 2},
+         {"x": x4}, {"w": _f32(rng, 6, 2, 3, 2), "b": _f32(rng, 6)}, 1, 17, 1e-5),
+        ("conv-same-upper", "Conv", {"auto_pad": "SAME_UPPER", "strides": [2, 2]}, {"x": x4},
+         {"w": _f32(rng, 3, 4, 3, 3)}, 1, 17, 1e-5),
+        ("conv-1d", "Conv", {"pads": [1, 1]}, {"x": _f32(rng, 2, 3, 11)}, {"w": _f32(rng, 5, 3, 3)}, 1, 17, 1e-5),
+        ("maxpool-ceil-pads-dilations", "MaxPool",
+         {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 1, 1], "ceil_mode": 1, "dilations": [1, 2]},
+         {"x": x4}, {}, 1, 17, 0),
+        ("averagepool-count-pad", "AveragePool",
+         {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1, "ceil_mode": 1},
+         {"x": x4}, {}, 1, 17, 1e-5),
+        ("averagepool-exclude-pad", "AveragePool",
+         {"kernel_shape": [2, 3], "strides": [1, 2], "pads": [0, 1, 1, 1], "ceil_mode": 1},
+         {"x": x4}, {}, 1, 17, 1e-5),
+        ("globalaveragepool", "GlobalAveragePool", {}, {"x": x4}, {}, 1, 17, 1e-5),
+        ("identity", "Identity", {}, {"x": x3}, {}, 1, 17, 0),
+        ("dropout-inference", "Dropout", {}, {"x": x3}, {}, 2, 17, 0),
+        ("constant", "Constant", {"value": _f32(rng, 2, 3)}, {}, {}, 1, 17, 0),
+        ("constant-of-shape", "ConstantOfShape", {"value": np.array([2.5], np.float16)}, {},
+         {"shape": _ints(2, 3)}, 1, 17, 0),
+        ("range", "Range", {}, {}, {"start": np.float32(1), "limit": np.float32(-2), "delta": np.float32(-0.5)},
+         1, 17, 0),
+        ("shape-start", "Shape", {"start": -2}, {"x": x4}, {}, 1, 17, 0),
+    ]
+    return [pytest.param(*rest, id=case_id) for case_id, *rest in cases]
+
+
+@pytest.mark.parametrize("op, attrs, data, constants, outputs, opset, tolerance", _cases())
+def test_glue_op_matches_the_executor(backend: TritonBackend, op: str, attrs: dict[str, Any],
+                                      data: dict[str, np.ndarray], constants: dict[str, np.ndarray],
+                                      outputs: int, opset: int, tolerance: float) -> None:
+    inputs = [*data, *constants]
+    node = Node(f"the_{op}", op, inputs, [f"y{i}" for i in range(outputs)], attrs)
+    data = {name: value for name, value in data.items() if name}
+    constants = {name: np.asarray(value) for name, value in constants.items()}
+    want: dict[str, np.ndarray] = {**data, **constants}
+    run_nodes([node], want, opset)
+    assert unsupported_reason(node) is None
+    piece = stretch_piece(backend, [node], list(data), node.outputs, constants, opset)
+    assert not piece.host_nodes
+    got = piece.run({name: backend.to_device(value) for name, value in data.items()})
+    for name in node.outputs:
+        tensor, expected = got[name], want[name]
+        assert tensor.is_contiguous()
+        result = backend.to_host(tensor)
+        assert result.dtype == expected.dtype and result.shape == expected.shape, (result.dtype, result.shape)
+        if expected.dtype.kind == "f":
+            np.testing.assert_allclose(result.astype(np.float64), expected.astype(np.float64),
+                                       rtol=tolerance, atol=tolerance)
+        else:
+            np.testing.assert_array_equal(result, expected)
+
+
+@pytest.mark.parametrize("node, words", [
+    (Node("h", "Hardmax", ["x"], ["y"]), "no device glue for Hardmax"),
+    (Node("c", "Relu", ["x"], ["y"], domain="com.example"), "no device glue for Relu"),
+    (Node("d", "Dropout", ["x", "r", "t"], ["y"]), "training_mode"),
+    (Node("p", "MaxPool", ["x"], ["y", "i"], {"kernel_shape": [2, 2]}), "Indices"),
+    (Node("c", "Cast", ["x"], ["y"], {"to": TensorProto.FLOAT8E4M3FN}), "float8"),
+])
+def test_forms_glue_does_not_cover_are_named(node: Node, words: str) -> None:
+    assert words in (unsupported_reason(node) or "")
+
+
+# --- whole models through a Triton session -----------------------------------------------------------
+
+def _empty_pack(backend: TritonBackend, entries: dict[str, PackEntry] | None = None) -> Pack:
+    target = backend.target
+    return Pack(target={"name": target.name, "backend": target.backend}, fingerprint=backend.fingerprint(),
+                entries=entries or {})
+
+
+def _untuned_entry(backend: TritonBackend, task: Any) -> PackEntry:
+    """The task's first built-in variant at a valid default config, as a pack entry (not tuned)."""
+    variant = next(v for v in backend.variants(task) if backend.check(Candidate.of(v, v.default), task) is None)
+    artifact = Artifact(backend=backend.name, variant=variant.name, config=dict(variant.default), source=variant.source)
+    return PackEntry(key=task.key, task=task.describe(), backend=backend.name, variant=variant.name, origin="builtin",
+                     config=dict(variant.default), artifact=artifact,
+                     verdict=Verdict(True, "", variant.precision, {}), measurement=Measurement([1e-3], "test"),
+                     baseline_seconds=None, floor_seconds=0.0)
+
+
+def _rel_error(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.linalg.norm(got.astype(np.float64) - want) / np.linalg.norm(want))
+
+
+def test_bert_on_the_device_matches_onnxruntime(backend: TritonBackend, tmp_path: Path) -> None:
+    """Kernels (one layernorm in the interpreter), torch baselines and device glue, values kept on
+    the device between steps; two runs with different inputs through the same static buffers."""
+    path = export_bert(layers=1, hidden=32, heads=2, intermediate=64, seq=16, vocab=100)
+    graph = load_model(path, {"input_ids": (2, 16)})
+    layernorm = next(task for task in partition(graph) if task.kind == "layernorm")
+    session = Session(graph, _empty_pack(backend, {layernorm.key: _untuned_entry(backend, layernorm)}))
+    assert session.kernels and session.baselines and session.pieces
+    assert not session.host_fallbacks and session.cuda_graph_error is None
+    glue_ops = {node.op_type for stretch, _ in session.pieces for node in stretch}
+    assert glue_ops >= {"Reshape", "Transpose", "Gather"}
+    reference = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for seed in (1, 2):
+        feeds = random_feeds(graph, seed=seed)
+        got = session.run(feeds)
+        want = dict(zip(graph.outputs, reference.run(graph.outputs, feeds)))
+        for name in graph.outputs:
+            assert got[name].dtype == want[name].dtype
+            assert _rel_error(got[name], want[name]) < 1e-5, name
+    assert all(t > 0 for t in session.latency(feeds, repeats=2, warmup=1))
+
+
+def _model_with(path: Path, middle: onnx.NodeProto) -> Path:
+    """x @ w -> `middle` -> + b: glue on both sides of one node."""
+    rng = np.random.default_rng(1)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"], name="mm"), middle,
+             helper.make_node("Add", ["mid", "b"], ["y"], name="add")]
+    inits = [numpy_helper.from_array(rng.standard_normal((6, 5)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(5).astype(np.float32), "b")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 5])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_an_op_without_glue_runs_in_the_executor_and_is_listed(backend: TritonBackend, tmp_path: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    path = _model_with(tmp_path / "hardmax.onnx", helper.make_node("Hardmax", ["mm"], ["mid"], name="odd", axis=-1))
+    with caplog.at_level(logging.WARNING, logger="portkern.runtime"):
+        session = Session(path, _empty_pack(backend))
+        feeds = {"x": np.random.default_rng(2).standard_normal((4, 6)).astype(np.float32)}
+        got = session.run(feeds)["y"]
+        session.run(feeds)
+    assert [(node.name, reason) for node, reason in session.host_fallbacks] == [("odd", "no device glue for Hardmax")]
+    notes = [r.getMessage() for r in caplog.records if "reference executor on the host" in r.getMessage()]
+    assert len(notes) == 1 and "Hardmax" in notes[0]
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+# --- CUDA graphs: the Session's control flow, with a stand-in for the capture ------------------------------
+
+class _GraphStandIn:
+    """runtime._CudaGraph's interface on the CPU: warm-up and replay run the steps, capture counts
+    (or fails as told)."""
+
+    instances: list["_GraphStandIn"] = []
+    fail_with: Exception | None = None
+
+    def __init__(self, run: Any) -> None:
+        self.run, self.captures, self.replays = run, 0, 0
+        self.captured = False
+        _GraphStandIn.instances.append(self)
+
+    def warm_up(self) -> Any:
+        return self.run()
+
+    def capture(self) -> None:
+        self.captures += 1
+        if _GraphStandIn.fail_with is not None:
+            raise _GraphStandIn.fail_with
+        self.captured = True
+
+    def replay(self) -> Any:
+        self.replays += 1
+        return self.run()
+
+
+@pytest.fixture
+def session_on_gpu_stand_in(backend: TritonBackend, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Session:
+    """A Triton session whose backend says it is on a GPU; CUDA graphs stood in for."""
+    path = _model_with(tmp_path / "relu.onnx", helper.make_node("Relu", ["mm"], ["mid"], name="relu"))
+    session = Session(path, _empty_pack(backend))
+    monkeypatch.setattr(session.backend, "on_gpu", True)
+    monkeypatch.setattr(runtime, "_CudaGraph", _GraphStandIn)
+    _GraphStandIn.instances, _GraphStandIn.fail_with = [], None
+    return session
+
+
+def _check_runs(session: Session, path: Path, seeds: range) -> None:
+    reference = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for seed in seeds:
+        feeds = {"x": np.random.default_rng(seed).standard_normal((4, 6)).astype(np.float32)}
+        np.testing.assert_allclose(session.run(feeds)["y"], reference.run(None, feeds)[0], rtol=1e-6, atol=1e-6)
+
+
+def test_warm_up_then_capture_once_then_replay(session_on_gpu_stand_in: Session, tmp_path: Path) -> None:
+    session = session_on_gpu_stand_in
+    _check_runs(session, tmp_path / "relu.onnx", range(1))  # the warm-up run
+    (graph,) = _GraphStandIn.instances
+    assert (graph.captures, graph.replays, session.replays_cuda_graph) == (0, 0, False)
+    _check_runs(session, tmp_path / "relu.onnx", range(1, 4))
+    assert (graph.captures, graph.replays, session.replays_cuda_graph) == (1, 3, True)
+    assert session.cuda_graph_error is None
+
+
+def test_failed_capture_is_logged_and_runs_step_by_step(session_on_gpu_stand_in: Session, tmp_path: Path,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    session = session_on_gpu_stand_in
+    _GraphStandIn.fail_with = RuntimeError("operation not permitted when stream is capturing")
+    with caplog.at_level(logging.WARNING, logger="portkern.runtime"):
+        _check_runs(session, tmp_path / "relu.onnx", range(4))
+    (graph,) = _GraphStandIn.instances  # tried once, never again
+    assert (graph.captures, graph.replays, session.replays_cuda_graph) == (1, 0, False)
+    assert "not permitted" in (session.cuda_graph_error or "")
+    assert sum("step by step" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_host_fallbacks_keep_the_run_out_of_a_cuda_graph(backend: TritonBackend, monkeypatch: pytest.MonkeyPatch,
+                                                         tmp_path: Path) -> None:
+    path = _model_with(tmp_path / "hardmax.onnx", helper.make_node("Hardmax", ["mm"], ["mid"], name="odd", axis=-1))
+    session = Session(path, _empty_pack(backend))
+    monkeypatch.setattr(session.backend, "on_gpu", True)
+    monkeypatch.setattr(runtime, "_CudaGraph", _GraphStandIn)
+    _GraphStandIn.instances = []
+    _check_runs(session, path, range(2))
+    assert not _GraphStandIn.instances and "1 nodes run on the host" in (session.cuda_graph_error or "")
+
+
+# --- a host-memory backend keeps its onnxruntime stretches --------------------------------------------------
+
+def test_tvm_session_runs_stretches_in_onnxruntime_on_host_arrays(tmp_path: Path) -> None:
+    pytest.importorskip("tvm")
+    path = _model_with(tmp_path / "hardmax.onnx", helper.make_node("Hardmax", ["mm"], ["mid"], name="odd", axis=-1))
+    tvm_backend = get_backend(load_target("cpu"))
+    session = Session(path, Pack(target={"name": "cpu", "backend": "tvm"}, fingerprint=tvm_backend.fingerprint(),
+                                 entries={}))
+    assert [len(stretch) for stretch, _ in session.pieces] == [3]  # the untuned GEMM and the glue, one session
+    assert not session.baselines and not session.host_fallbacks
+    feeds = {"x": np.random.default_rng(4).standard_normal((4, 6)).astype(np.float32)}
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(session.run(feeds)["y"], want, rtol=1e-6, atol=1e-6)
