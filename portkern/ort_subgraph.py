@@ -82,15 +82,17 @@ def task_model(task: Task) -> onnx.ModelProto:
 
 
 def session_options(threads: int) -> Any:
-    """onnxruntime options for portkern's sessions: a model runs many of them in turn, so idle
-    pool threads must sleep rather than spin."""
+    """onnxruntime options for portkern's sessions. Pool threads spin between the ops of one run
+    (waking a sleeping thread per op costs more than small ops take) and stop spinning when the
+    run ends, so the kernels that run between portkern's sessions get the cores."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1")
+    options.add_session_config_entry("session.force_spinning_stop", "1")
     return options
 
 

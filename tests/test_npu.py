@@ -20,7 +20,7 @@ from portkern.backends import get_backend
 from portkern.backends.base import Candidate, CompileError, Variant
 from portkern.backends.kernel_module import read_header
 from portkern.backends.npu import NpuBackend
-from portkern.backends.npu.simulator import Chip, Schedule, roofline_seconds, simulate, violations
+from portkern.backends.npu.simulator import Chip, Schedule, ScheduleError, roofline_seconds, simulate, violations
 from portkern.hwprofile import load_target
 from portkern.search.records import RecordLog
 from portkern.synthetic import (
@@ -75,7 +75,17 @@ GATE_CASES: list[tuple[str, Callable[[], Task], dict[str, Any]]] = [
      {"BLOCK_M": 64, "BLOCK_N": 128}),
     ("gemm-fp16-tanh-residual", lambda: gemm_task(20, 33, 17, "float16", activation="tanh", residual=True),
      {"BLOCK_M": 64, "BLOCK_N": 256}),
+    # L1 panels and deep L1 slices on odd shapes: runs of 2-4 tiles that share an A (or B) panel
+    ("gemm-fp16-a-panel-bias", lambda: gemm_task(300, 520, 77, "float16", bias=True),
+     {"BLOCK_M": 64, "BLOCK_N": 64, "L1_PANEL": "a", "L1_STEPS": 2, "PROGRAMS": 16}),
+    ("gemm-fp32-b-panel-transb-gelu-residual",
+     lambda: gemm_task(600, 520, 77, "float32", activation="gelu", bias=True, residual=True, trans_b=True),
+     {"BLOCK_M": 64, "BLOCK_N": 128, "L1_PANEL": "b", "L1_STEPS": 4, "PROGRAMS": 16, "BUFFERS": 1}),
     ("conv2d-fp32-pad", lambda: conv2d_task(2, 3, 9, 7, 5, 3, 3, "float32", pad=1), {"BLOCK_N": 64}),
+    ("conv2d-fp16-group-b-panel", lambda: conv2d_task(1, 6, 45, 45, 70, 3, 3, "float16", pad=1, group=2),
+     {"BLOCK_M": 64, "BLOCK_N": 64, "L1_PANEL": "b", "L1_STEPS": 2, "PROGRAMS": 16}),
+    ("conv2d-fp32-a-panel-relu", lambda: conv2d_task(2, 5, 23, 21, 200, 3, 3, "float32", pad=1, activation="relu"),
+     {"BLOCK_M": 128, "BLOCK_N": 64, "L1_PANEL": "a", "L1_STEPS": 4, "PROGRAMS": 16}),
     ("conv2d-fp32-group-stride-relu-residual",
      lambda: conv2d_task(1, 4, 8, 8, 6, 3, 3, "float32", stride=2, pad=1, group=2, activation="relu",
                          residual=True), {"BLOCK_N": 64}),
@@ -134,6 +144,25 @@ def test_check_rejects_tiles_over_l0(npu: NpuBackend) -> None:
     task = gemm_task(512, 512, 512, "float16")
     reason = npu.check(_candidate(npu, task, BLOCK_M=256, BLOCK_N=256), task)
     assert reason and "L0C" in reason
+
+
+def test_check_rejects_panels_over_l1(npu: NpuBackend) -> None:
+    # BERT's FFN down-projection: K = 3072, so a 128-row A panel is 768 KiB and a run needs two
+    task = gemm_task(4096, 768, 3072, "float16")
+    reason = npu.check(_candidate(npu, task, BLOCK_M=128, L1_PANEL="a"), task)
+    assert reason and "of L1 but it holds 524288 B" in reason
+    assert npu.check(_candidate(npu, task, BLOCK_M=128, L1_PANEL="none"), task) is None  # streamed, it fits
+    pointwise = conv2d_task(8, 512, 13, 13, 1000, 1, 1, "float16")  # a 512 x 128 weight panel: 128 KiB
+    assert npu.check(_candidate(npu, pointwise, BLOCK_M=64, BLOCK_N=128, L1_PANEL="b"), pointwise) is None
+    conv = conv2d_task(8, 512, 13, 13, 256, 3, 3, "float16", pad=1)  # K = 4608: a 4608 x 64 panel is 576 KiB
+    reason = npu.check(_candidate(npu, conv, BLOCK_M=64, BLOCK_N=64, L1_PANEL="b"), conv)
+    assert reason and "of L1 but it holds 524288 B" in reason
+
+
+def test_check_rejects_a_panel_no_tile_shares(npu: NpuBackend) -> None:
+    task = gemm_task(64, 256, 64, "float16")  # a single output tile: its run has nothing to reuse
+    reason = npu.check(_candidate(npu, task, L1_PANEL="b"), task)
+    assert reason and "L1_PANEL b" in reason and "saves nothing" in reason
 
 
 def test_check_rejects_more_programs_than_cores(npu: NpuBackend) -> None:
@@ -240,6 +269,18 @@ def test_small_transfers_and_unaligned_rows_waste_bandwidth(chip: Chip) -> None:
     assert unaligned > big * 1.3
 
 
+def test_setup_dma_instructions_are_charged(chip: Chip) -> None:
+    """A panel gathered by 64 DMAs (one per input channel) costs 63 more setups than one copy."""
+    one = simulate(_vector_schedule(setup={"gm_to_ub": 65536}), chip)
+    gathered = simulate(_vector_schedule(setup={"gm_to_ub": 65536}, setup_transfers={"gm_to_ub": 64}), chip)
+    assert gathered.seconds - one.seconds == pytest.approx(63 * chip.dma_setup_bytes / chip.core_gm_bandwidth)
+
+
+def test_schedule_with_a_misspelled_key_is_refused() -> None:
+    with pytest.raises(ScheduleError, match="unknown keys"):
+        _vector_schedule(setup_transfer={"gm_to_ub": 64})
+
+
 def test_programs_beyond_the_cores_run_in_waves(chip: Chip) -> None:
     one_wave = simulate(_vector_schedule(programs=48, total_tiles=48 * 64), chip)
     two_waves = simulate(_vector_schedule(programs=96, total_tiles=96 * 64), chip)
@@ -263,6 +304,30 @@ def test_gemm_tile_that_fits_l0_runs_near_cube_peak(npu: NpuBackend, chip: Chip)
     assert cube_only / (estimate.seconds - chip.launch_seconds) > 0.95
 
 
+def test_l1_panel_cuts_gm_traffic_and_its_first_load_is_charged(npu: NpuBackend, chip: Chip) -> None:
+    """BERT's FFN up-projection with the B panel (768 x 128 fp16) held in L1 across each run."""
+    task = gemm_task(4096, 3072, 768, "float16")
+    tiles = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "L1_STEPS": 4, "BUFFERS": 3}
+    streamed = npu.compile(_candidate(npu, task, **tiles, L1_PANEL="none"), task).meta["modeled"]
+    resident = npu.compile(_candidate(npu, task, **tiles, L1_PANEL="b"), task).meta["modeled"]
+    # A and B tiles are the same size here, and each run stays in one column: only A streams
+    assert resident["stage_seconds"]["mte2_l1"] == pytest.approx(streamed["stage_seconds"]["mte2_l1"] / 2)
+    assert resident["seconds"] < streamed["seconds"] and resident["bound"] == "cube"
+    # no free lunch: the first panel loads before the first tile, then every trip still costs the cube
+    trips = 32 * 24  # 32 tiles per program (768 over 24 programs), 24 K steps of 32 each
+    panel_load = 768 * 128 * 2 / chip.core_gm_bandwidth
+    assert resident["program_seconds"] >= panel_load + trips * resident["stage_seconds"]["cube"]
+
+
+def test_deeper_l1_slices_pay_dma_setup_once_per_slice(npu: NpuBackend) -> None:
+    task = gemm_task(4096, 768, 3072, "float16")
+    tiles = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 32, "BUFFERS": 3}
+    stages = {steps: npu.compile(_candidate(npu, task, **tiles, L1_STEPS=steps), task).meta["modeled"]["stage_seconds"]
+              for steps in (1, 2, 4)}
+    assert stages[4]["mte2_l1"] < stages[2]["mte2_l1"] < stages[1]["mte2_l1"]
+    assert stages[4]["mte1"] == stages[1]["mte1"]  # L1 -> L0 still moves BLOCK_K at a time
+
+
 def _best_modeled(npu: NpuBackend, task: Task) -> tuple[float, dict[str, Any]]:
     """Exhaustive search over the variant's space by modeled time (what the tuner's search sees)."""
     variant = _variant(npu, task)
@@ -274,15 +339,21 @@ def _best_modeled(npu: NpuBackend, task: Task) -> tuple[float, dict[str, Any]]:
     return min(results, key=lambda r: r[0])
 
 
-@pytest.mark.parametrize("make_task", [
-    lambda: gemm_task(4096, 3072, 768, "float16"),
-    lambda: gemm_task(4096, 3072, 768, "float16", bias=True),
-    lambda: gemm_task(4096, 3072, 768, "float16", bias=True, activation="gelu"),
-    lambda: layernorm_task(4096, 768, "float16"),
-    lambda: layernorm_task(4096, 768, "float32"),
-], ids=["bert-gemm-fp16", "bert-gemm-bias-fp16", "bert-ffn-gemm-bias-gelu-fp16", "bert-layernorm-fp16",
-        "bert-layernorm-fp32"])
-def test_bert_shapes_modeled_fraction_of_roofline(npu: NpuBackend, make_task: Callable[[], Task]) -> None:
+# Issue 8's goal is >= 80% of the simulated roofline on GEMMs and norms. K = 3072 GEMMs miss it: only a
+# 64-wide full-K panel fits L1, too narrow to pay, so each 128x256 tile (L0C's limit) streams both
+# operands and 128 GB/s per core feeds the cube only ~72% of the time (docs/bring-up.md, section 7).
+@pytest.mark.parametrize("make_task, goal", [
+    (lambda: gemm_task(4096, 3072, 768, "float16"), 0.8),
+    (lambda: gemm_task(4096, 3072, 768, "float16", bias=True), 0.8),
+    (lambda: gemm_task(4096, 768, 768, "float16", bias=True), 0.8),
+    (lambda: gemm_task(4096, 3072, 768, "float16", bias=True, activation="gelu"), 0.8),
+    (lambda: gemm_task(4096, 768, 3072, "float16", bias=True), 0.7),
+    (lambda: layernorm_task(4096, 768, "float16"), 0.8),
+    (lambda: layernorm_task(4096, 768, "float32"), 0.8),
+], ids=["bert-ffn-up-fp16", "bert-ffn-up-bias-fp16", "bert-qkv-bias-fp16", "bert-ffn-up-bias-gelu-fp16",
+        "bert-ffn-down-bias-fp16", "bert-layernorm-fp16", "bert-layernorm-fp32"])
+def test_bert_shapes_modeled_fraction_of_roofline(npu: NpuBackend, make_task: Callable[[], Task],
+                                                  goal: float) -> None:
     task = make_task()
     seconds, config = _best_modeled(npu, task)
     floor = roofline_seconds(task.flops, task.min_bytes, task.dtype, npu.target.profile)
@@ -291,6 +362,7 @@ def test_bert_shapes_modeled_fraction_of_roofline(npu: NpuBackend, make_task: Ca
           f"simulated floor {floor * 1e6:.2f} us -> {floor / seconds:.0%} of roofline "
           f"(default config {floor / default:.0%})")
     assert floor <= seconds <= default
+    assert floor / seconds >= goal
 
 
 def test_tune_uses_the_modeled_clock(tmp_path: Path) -> None:

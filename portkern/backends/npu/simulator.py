@@ -12,6 +12,8 @@ target)`); this module turns that into seconds with one model for all kernels:
   * N-buffering: each tile holds one buffer from its load to its store, so in steady state a tile
     costs max(busiest stage, sum of stages / buffers); the first tile costs the whole sum
     (prologue + epilogue);
+  * once-per-program setup (gamma loads, the first panel a GEMM keeps in L1) runs before the tile
+    loop, not overlapped, its DMA instructions charged like any other;
   * waves when programs exceed cores, and a fixed cost per launch.
 
 Every number it reports is simulated. The rates come from the hwprofile (estimates are labeled
@@ -26,7 +28,7 @@ from typing import Any, Mapping
 from ...errors import PortkernError
 from ...hwprofile import HwProfile
 
-COST_MODEL_VERSION = "1"
+COST_MODEL_VERSION = "2"
 
 GM_READ_QUEUES = ("gm_to_ub", "gm_to_l1")
 GM_WRITE_QUEUES = ("l0c_to_gm", "ub_to_gm")
@@ -107,20 +109,26 @@ class Schedule:
     cube_dtype: str = "float16"
     vector_op_bytes: int = 4  # element width the vector unit computes in
     setup: Mapping[str, float] = field(default_factory=dict)  # once per program (e.g. gamma loads)
+    setup_transfers: Mapping[str, float] = field(default_factory=dict)  # its DMA instructions (default 1)
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> "Schedule":
         """Validate a kernel module's dict; a typo there must not become a silently wrong time."""
         required = ("core", "programs", "tiles", "total_tiles", "buffers", "per_tile", "live",
                     "tails", "gm_alignment", "footprint_bytes")
+        optional = ("transfers", "setup", "setup_transfers", "cube_dtype", "vector_op_bytes")
         missing = [k for k in required if k not in raw]
         if missing:
             raise ScheduleError(f"schedule is missing {', '.join(missing)}")
+        unknown_keys = set(raw) - set(required) - set(optional)
+        if unknown_keys:
+            raise ScheduleError(f"schedule has unknown keys {sorted(unknown_keys)}")
         if raw["core"] not in CORE_KINDS:
             raise ScheduleError(f"schedule core must be one of {CORE_KINDS}, not {raw['core']!r}")
         known = set(QUEUES) | set(WORK)
         for name, table in (("per_tile", raw["per_tile"]), ("setup", raw.get("setup", {})),
-                            ("transfers", raw.get("transfers", {}))):
+                            ("transfers", raw.get("transfers", {})),
+                            ("setup_transfers", raw.get("setup_transfers", {}))):
             unknown = set(table) - known
             if unknown:
                 raise ScheduleError(f"schedule {name} has unknown entries {sorted(unknown)}")
@@ -140,6 +148,7 @@ class Schedule:
             footprint_bytes=float(raw["footprint_bytes"]), cube_dtype=str(raw.get("cube_dtype", "float16")),
             vector_op_bytes=int(raw.get("vector_op_bytes", 4)),
             setup={k: float(v) for k, v in raw.get("setup", {}).items()},
+            setup_transfers={k: float(v) for k, v in raw.get("setup_transfers", {}).items()},
         )
 
     def bytes_per_tile(self, queues: tuple[str, ...]) -> float:
@@ -252,7 +261,7 @@ def simulate(schedule: Schedule, chip: Chip) -> Estimate:
     busiest = max(stages, key=lambda k: stages[k])
     steady = max(stages[busiest], lifetime / schedule.buffers)
     bound = busiest if stages[busiest] >= lifetime / schedule.buffers else "pipeline"
-    setup_stages = _stage_seconds(schedule.setup, {}, schedule, chip, shared)
+    setup_stages = _stage_seconds(schedule.setup, schedule.setup_transfers, schedule, chip, shared)
     setup = max(sum(v for k, v in setup_stages.items() if k != "gm"), setup_stages["gm"])
     program = setup + (lifetime + (schedule.tiles - 1) * steady if schedule.tiles > 0 else 0.0)
     return Estimate(seconds=chip.launch_seconds + waves * program, program_seconds=program,

@@ -1,0 +1,158 @@
+"""Shared by the cube kernels (gemm, and conv2d as an implicit GEMM): their tile loop, the schedule
+it declares, the semantic constraints and the epilogue's activations. The including module defines
+`_problem(task) -> (m, n, k, groups)`, the GEMM it computes per group.
+
+The loop: each program walks one contiguous run of the BLOCK_M x BLOCK_N output tiles (runs differ
+by at most one tile, so no core idles while another finishes). A tile accumulates its whole K
+reduction in L0C, BLOCK_K columns at a time through L0A/L0B; one GM->L1 load brings L1_STEPS such
+steps, so DMA setup is paid once per slice. L1_PANEL picks what stays in L1 across the run:
+"none" streams both operands for every tile; "a" walks the run along N, so consecutive tiles share
+their A rows and the A panel (BLOCK_M rows x all of K) is loaded once per row of tiles; "b" walks
+along M and keeps the B panel (all of K x BLOCK_N). The first panel is loaded before the first
+tile (charged as setup, not overlapped); a run that crosses into another row (column) prefetches
+the next panel behind the current one, so it holds two.
+"""
+ITEMSIZE = {"float16": 2, "float32": 4}
+ACTIVATION_VECTOR_OPS = {"none": 0, "relu": 1, "relu6": 2, "sigmoid": 4, "tanh": 5, "silu": 5, "gelu": 8,
+                         "gelu_tanh": 10}
+
+
+def _uses_vector(task):
+    return task.attr("activation", "none") != "none" or bool(task.attr("residual", False))
+
+
+def _fractal(extent):
+    """The extent rounded up to the cube's 16-element fractal."""
+    return -(-extent // 16) * 16
+
+
+def _tile_grid(task, config):
+    """(tiles_m, tiles_n, groups, programs): the output tiles per group and the grid."""
+    m, n, _, groups = _problem(task)
+    tiles_m, tiles_n = triton.cdiv(m, config["BLOCK_M"]), triton.cdiv(n, config["BLOCK_N"])
+    return tiles_m, tiles_n, groups, min(config["PROGRAMS"], groups * tiles_m * tiles_n)
+
+
+def _runs(task, config):
+    """(longest run, most panels one run loads): the busiest program's tiles and panel loads."""
+    tiles_m, tiles_n, groups, programs = _tile_grid(task, config)
+    total = groups * tiles_m * tiles_n
+    line = tiles_m if config["L1_PANEL"] == "b" else tiles_n  # tiles that share one panel
+    bounds = [(p * total // programs, (p + 1) * total // programs) for p in range(programs)]
+    return (max(last - first for first, last in bounds),
+            max((last - 1) // line - first // line + 1 for first, last in bounds))
+
+
+def constraints(task, config, target):
+    if task.dtype not in ITEMSIZE:
+        return f"{task.dtype} is not supported here (fp32/fp16 only)"
+    if task.attr("activation", "none") not in ACTIVATION_VECTOR_OPS:
+        return f"activation {task.attr('activation')} is not implemented by this variant"
+    if config["L1_PANEL"] != "none":
+        run, panels = _runs(task, config)
+        if panels >= run:
+            return (f"L1_PANEL {config['L1_PANEL']}: no two consecutive tiles of a program's run share "
+                    f"the panel ({run} tile(s), {panels} panel(s)), so holding it in L1 saves nothing")
+    return None
+
+
+def _cube_schedule(task, config, a_dmas, gm_alignment, ub_lanes):
+    """One program's tile loop as the cost model reads it; a trip is one BLOCK_K step of one tile.
+
+    a_dmas(depth): GM->L1 DMA instructions that bring `depth` K-columns of an A tile (1 for a
+    row-major GEMM's 2-D copy; one per input channel for an im2col gather). ub_lanes: the tile axis
+    innermost in the output (BLOCK_N for a row-major GEMM, BLOCK_M for an NCHW convolution).
+    """
+    m, n, k, groups = _problem(task)
+    tiles_m, tiles_n, _, programs = _tile_grid(task, config)
+    run, panels = _runs(task, config)
+    size, out_size = ITEMSIZE[task.dtype], ITEMSIZE[task.outputs[0].dtype]
+    buffers, l1_steps, resident = config["BUFFERS"], config["L1_STEPS"], config["L1_PANEL"]
+    tile_m, tile_n, tile_k = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
+    # masked loads move only the in-bounds part of a tile; the cube works on 16-aligned fractals
+    bm, bn, bk, k_all = min(tile_m, _fractal(m)), min(tile_n, _fractal(n)), min(tile_k, _fractal(k)), _fractal(k)
+    k_steps = triton.cdiv(k, tile_k)
+    trips = run * k_steps
+    slices_per_trip = triton.cdiv(k_steps, l1_steps) / k_steps  # GM->L1 loads of the streamed operands
+    has_bias, has_residual = bool(task.attr("bias", False)), bool(task.attr("residual", False))
+    # bytes moved per trip and DMA instructions per L1 slice, of A and of B
+    moved = {"a": (bm * bk * size, a_dmas(min(bk * l1_steps, k_all))), "b": (bk * bn * size, 1)}
+    allocated = {"a": tile_m * tile_k * size, "b": tile_k * tile_n * size}  # of one L0 step
+    streamed = [operand for operand in ("a", "b") if operand != resident]
+    per_tile = {"gm_to_l1": sum(moved[o][0] for o in streamed), "l1_to_l0": moved["a"][0] + moved["b"][0],
+                "cube_macs": bm * bn * bk}
+    transfers = {"gm_to_l1": slices_per_trip * sum(moved[o][1] for o in streamed), "l1_to_l0": 2}
+    live_l1 = buffers * l1_steps * sum(allocated[o] for o in streamed) + (tile_n * size if has_bias else 0)
+    setup, setup_transfers = {}, {}
+    if resident != "none":
+        panel_bytes = (bm if resident == "a" else bn) * k_all * size
+        panel_dmas = a_dmas(k_all) if resident == "a" else 1
+        setup, setup_transfers = {"gm_to_l1": panel_bytes}, {"gm_to_l1": panel_dmas}
+        # the run's further panels stream in behind the current one, spread over its trips
+        per_tile["gm_to_l1"] += (panels - 1) * panel_bytes / trips
+        transfers["gm_to_l1"] += (panels - 1) * panel_dmas / trips
+        live_l1 += min(panels, 2) * (tile_m if resident == "a" else tile_n) * k_all * size
+    if has_bias:  # a BLOCK_N slice of the bias per tile, into the cube's bias table
+        per_tile["gm_to_l1"] += bn * size / k_steps
+        transfers["gm_to_l1"] += 1 / k_steps
+    live = {"l1": live_l1, "l0a": buffers * allocated["a"], "l0b": buffers * allocated["b"],
+            "l0c": tile_m * tile_n * 4}
+    tails = {"l1": [tile_k * size, tile_n * size]}
+    footprint = sum(spec.nbytes for spec in task.inputs) + task.outputs[0].nbytes
+    if _uses_vector(task):
+        # the accumulator goes L0C -> GM workspace -> UB of the two vector cores (half each)
+        elementwise = ACTIVATION_VECTOR_OPS[task.attr("activation", "none")]
+        per_tile.update(l0c_to_gm=bm * bn * 4 / k_steps, gm_to_ub=bm * bn * (4 + size * has_residual) / k_steps,
+                        vector_ops=bm * bn * (elementwise + has_residual + 1) / k_steps,
+                        ub_to_gm=bm * bn * out_size / k_steps)
+        transfers.update(l0c_to_gm=1 / k_steps, gm_to_ub=(1 + has_residual) / k_steps, ub_to_gm=1 / k_steps)
+        live["ub"] = buffers * tile_m * tile_n // 2 * (4 + out_size + size * has_residual)
+        tails["ub"] = [ub_lanes * 4, ub_lanes * out_size]
+        footprint += programs * tile_m * tile_n * 4
+    else:
+        per_tile["l0c_to_gm"] = bm * bn * out_size / k_steps
+        transfers["l0c_to_gm"] = 1 / k_steps
+    return {
+        "core": "mixed" if _uses_vector(task) else "cube", "programs": programs, "tiles": trips,
+        "total_tiles": groups * tiles_m * tiles_n * k_steps, "buffers": buffers, "per_tile": per_tile,
+        "transfers": transfers, "setup": setup, "setup_transfers": setup_transfers, "live": live, "tails": tails,
+        "gm_alignment": gm_alignment, "footprint_bytes": footprint, "cube_dtype": task.dtype, "vector_op_bytes": 4,
+    }
+
+
+@triton.jit
+def _run_bounds(total):
+    """This program's contiguous run of tiles [first, last)."""
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    return pid * total // programs, (pid + 1) * total // programs
+
+
+@triton.jit
+def _tile_coords(tile, tiles_m, tiles_n, ALONG_M: tl.constexpr):
+    """(row, column) of a tile: runs walk along M when the B panel stays in L1, else along N."""
+    if ALONG_M:
+        row, column = tile % tiles_m, tile // tiles_m
+    else:
+        row, column = tile // tiles_n, tile % tiles_n
+    return row, column
+
+
+@triton.jit
+def _activate(x, ACTIVATION: tl.constexpr):
+    if ACTIVATION == "relu":
+        x = tl.maximum(x, 0.0)
+    elif ACTIVATION == "relu6":
+        x = tl.minimum(tl.maximum(x, 0.0), 6.0)
+    elif ACTIVATION == "sigmoid":
+        x = tl.sigmoid(x)
+    elif ACTIVATION == "tanh":
+        x = 2.0 * tl.sigmoid(2.0 * x) - 1.0
+    elif ACTIVATION == "silu":
+        x = x * tl.sigmoid(x)
+    elif ACTIVATION == "gelu":
+        x = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
+    elif ACTIVATION == "gelu_tanh":
+        inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+        x = 0.5 * x * (1.0 + 2.0 * tl.sigmoid(2.0 * inner) - 1.0)
+    return x
