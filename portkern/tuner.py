@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sys
@@ -29,7 +30,7 @@ from .profile import TaskProfile, baseline_program, profile_tasks
 from .search.proposers import BuiltinProposer, Feedback, Proposer, RulesProposer
 from .search.records import Measurement, RecordLog, TrialRecord
 from .search.strategy import ArtifactStore, SearchOptions, SearchResult, search_workload
-from .search.worker import InProcessRunner, IsolatedRunner
+from .search.worker import CompilePool, InProcessRunner, IsolatedRunner
 from .tasks import Task
 from .verify import GateOptions, admit_task
 
@@ -54,6 +55,7 @@ class TuneOptions:
     llm_timeout_s: float = 120.0
     isolate: bool = True  # build/verify/time in a worker process (required for generated code)
     trial_timeout_s: float = 300.0
+    compile_workers: int = 0  # processes compiling candidates ahead of the measuring worker
     max_tasks: int | None = None  # tune only the N tasks with most headroom
     seed: int = 0
     e2e_tolerance: float | None = None  # whole-model rel L2 vs onnxruntime; default by dtype
@@ -212,6 +214,8 @@ def tune(model: str | Path, *, target: str, out: str | Path | None = None,
 def run_tune(model_path: Path, options: TuneOptions, out: Path | None,
              progress: Progress | None = None) -> TuneReport:
     say = progress or (lambda line: None)
+    if options.compile_workers < 0:
+        raise PortkernError(f"--compile-workers must be 0 or more, not {options.compile_workers}")
     started = time.time()
     deadline = started + options.time_budget_s if options.time_budget_s else None
     graph = load_model(model_path, options.shapes)
@@ -236,7 +240,9 @@ def run_tune(model_path: Path, options: TuneOptions, out: Path | None,
     outcomes: list[TaskOutcome] = []
     runner_cm = (IsolatedRunner(target, options.trial_timeout_s, work_dir / "scratch") if options.isolate
                  else InProcessRunner(backend))
-    with runner_cm as runner:
+    pool_cm = (CompilePool(target, options.compile_workers, options.trial_timeout_s, work_dir / "scratch")
+               if options.compile_workers > 0 else contextlib.nullcontext())
+    with runner_cm as runner, pool_cm as pool:
         for index, profile in enumerate(profiles):
             task = profile.task
             if profile not in tunable:
@@ -253,7 +259,7 @@ def run_tune(model_path: Path, options: TuneOptions, out: Path | None,
             say(f"[{index + 1}/{len(profiles)}] {task.label} x{profile.count}: baseline "
                 f"{_ms(profile.seconds)} ({profile.baseline_source}), floor {_ms(profile.floor_seconds)}, "
                 f"{budget[task.key]} trials")
-            outcomes.append(_tune_task(task, profile, backend, runner, proposers, budget[task.key],
+            outcomes.append(_tune_task(task, profile, backend, runner, pool, proposers, budget[task.key],
                                        deadline, storage, log, store, catalog, options, say))
     e2e = _end_to_end(model_path, graph, backend, target, outcomes, options, say)
     pack_path = None
@@ -274,7 +280,8 @@ def _ms(seconds: float | None) -> str:
     return "n/a" if seconds is None else f"{seconds * 1e3:.4g} ms"
 
 
-def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, proposers: list[Proposer],
+def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, pool: CompilePool | None,
+               proposers: list[Proposer],
                trials: int, deadline: float | None, storage: str, log: RecordLog, store: ArtifactStore,
                catalog: TaskCatalog, options: TuneOptions, say: Progress) -> TaskOutcome:
     feedback = Feedback(floor_seconds=profile.floor_seconds, baseline_seconds=profile.seconds)
@@ -306,7 +313,8 @@ def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, 
         search = SearchOptions(trials=share, deadline=deadline, seed=options.seed)
         found = search_workload(task, new, runner, storage=storage, log=log, store=store,
                                 floor_seconds=profile.floor_seconds, backend=backend.name, options=search,
-                                seeds=seeds, gate=options.gate, measure=options.measure, progress=on_trial)
+                                seeds=seeds, gate=options.gate, measure=options.measure, progress=on_trial,
+                                pool=pool)
         remaining -= found.measured
         total.records += found.records
         total.measured += found.measured

@@ -9,6 +9,9 @@ of those doors; the verdict keeps the evidence (seeds, distributions, errors, to
      written in place at the same addresses (pointer/shape caches return stale answers and fail)
   3. outputs poisoned (NaN) in fresh memory each run, with the reference output alive on the device
   4. inputs compared with what was written, before and after: unchanged; outputs must not alias inputs
+  5. boundary shapes: a kernel is verified on, and packed for, exactly one workload key (shapes
+     included), so it never serves a shape the gate did not run; the variant tests run every
+     variant over sizes that are not multiples of its tiles
   6. two runs on the same inputs agree (races and stale reads move results)
   9. a task is admitted only if its reference varies with its inputs
  Timing below the roofline floor (7) is checked by `floor_violation`; static checks and process

@@ -96,3 +96,32 @@ def test_two_workers_share_a_postgres_study(backend, tmp_path: Path) -> None:
     assert one and two and not (one & two), "the second worker re-measured the first one's configurations"
     (summary,) = optuna.get_all_study_summaries(storage)
     assert summary.n_trials >= first.measured + second.measured
+
+
+def test_a_compile_pool_builds_ahead_and_failures_stay_trials(backend, tmp_path: Path) -> None:
+    """Two compile workers build candidates ahead of the measuring worker; a variant that does not
+    compile and one that crashes its process are trials with their reasons, and the search goes on."""
+    from test_gate import CORPUS, _variant
+
+    from portkern.search.worker import CompilePool, IsolatedRunner
+
+    task = softmax_task(4, 100, "float32")
+    broken = [_variant(CORPUS / "compile_fails.py"), _variant(CORPUS / "crashes.py")]
+    variants = [*backend.variants(task), *broken]
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    target = backend.target
+    with IsolatedRunner(target, 120, tmp_path / "scratch") as runner, \
+            CompilePool(target, 2, 120, tmp_path / "scratch") as pool:
+        result = search_workload(task, variants, runner, storage=storage, log=RecordLog(tmp_path / "r.jsonl"),
+                                 store=ArtifactStore(tmp_path / "artifacts"),
+                                 floor_seconds=floor_seconds(task, target), backend=backend.name,
+                                 options=SearchOptions(trials=8, patience=100), gate=GATE, measure=FAST, pool=pool)
+    by_variant = {r.variant: r for r in result.records}
+    assert by_variant["compile_fails"].status == "compile_error"
+    assert by_variant["crashes"].status == "runtime_error" and "died" in by_variant["crashes"].reason
+    assert result.best is not None and result.best.status == "ok" and result.artifact is not None
+    assert result.measured == 8 and result.stop_reason.startswith("trial budget")
+    study = optuna.load_study(study_name=optuna.get_all_study_names(storage)[0], storage=storage)
+    assert not study.get_trials(states=(optuna.trial.TrialState.RUNNING,))  # nothing left in flight
+    keys = [r.candidate_key for r in RecordLog(tmp_path / "r.jsonl")]
+    assert len(keys) == len(set(keys))  # built ahead, still never measured twice

@@ -5,6 +5,8 @@ enqueued first: each variant's default and the best configuration of the nearest
 A configuration already measured (same source, same config) is never measured again: its recorded
 result is told to the study instead. A search stops at the trial budget, the deadline, when the best
 time is within `floor_margin` of the roofline floor, or after `patience` trials without a gain.
+With a CompilePool, trials are asked ahead and built in parallel while the runner verifies and
+times one at a time (the only process that touches the device).
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ import json
 import math
 import time
 import warnings
-from dataclasses import dataclass, field
+from collections import deque
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
@@ -26,7 +29,7 @@ from ..measure import MeasureOptions
 from ..verify import GateOptions
 from ..tasks import Task
 from .records import RecordLog, TrialRecord
-from .worker import TrialJob
+from .worker import CompilePool, TrialJob
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -144,13 +147,55 @@ def _better(record: TrialRecord, best: TrialRecord | None) -> bool:
     return record.seconds < best.seconds * (1 - min(noise, 0.05))
 
 
+@dataclass
+class _InFlight:
+    trial: Any  # optuna.Trial
+    key: str
+    job: TrialJob
+    ticket: int | None  # the compile pool's, None without a pool
+
+
+def _measure(item: _InFlight, runner: Runner, pool: CompilePool | None,
+             backend: str) -> tuple[TrialRecord, Artifact | None]:
+    """The trial's verdict and time: built by the pool first where there is one."""
+    if pool is None or item.ticket is None:
+        return runner.run(item.job)
+    artifact, status, reason = pool.collect(item.ticket)
+    if artifact is None:
+        return item.job.record(backend, status, reason), None
+    return runner.run(replace(item.job, artifact=artifact))
+
+
+def _stop_reason(result: SearchResult, options: SearchOptions, floor_seconds: float, since_gain: int,
+                 consecutive_duplicates: int, in_flight: int, size: int) -> tuple[str | None, bool]:
+    """Why no further trial starts (None: go on), and whether the trials in flight still finish."""
+    best = result.best
+    if result.measured + in_flight >= options.trials:
+        return f"trial budget ({options.trials}) spent", True
+    if options.deadline is not None and time.time() >= options.deadline:
+        return "time budget spent", False
+    if best is not None and best.seconds is not None and floor_seconds > 0 \
+            and best.seconds <= floor_seconds * (1 + options.floor_margin):
+        return f"within {options.floor_margin:.0%} of the roofline floor", False
+    if since_gain >= options.patience:
+        return f"no gain in {options.patience} trials", False
+    if consecutive_duplicates >= options.max_duplicates or \
+            result.duplicates + result.measured + result.invalid + in_flight >= size + options.max_duplicates:
+        return "space exhausted", True
+    if result.invalid >= max(50, 4 * options.trials):
+        return "the space is mostly invalid for this task", True
+    return None, True
+
+
 def search_workload(task: Task, variants: Sequence[Variant], runner: Runner, *,
                     storage: str | optuna.storages.BaseStorage,
                     log: RecordLog, store: ArtifactStore, floor_seconds: float, backend: str,
                     options: SearchOptions, seeds: Sequence[Candidate] = (),
                     gate: GateOptions = GateOptions(), measure: MeasureOptions = MeasureOptions(),
-                    progress: ProgressFn | None = None) -> SearchResult:
-    """Tune one workload over `variants` with up to `options.trials` new measurements."""
+                    progress: ProgressFn | None = None, pool: CompilePool | None = None) -> SearchResult:
+    """Tune one workload over `variants` with up to `options.trials` new measurements. With a
+    compile pool, as many trials as it has workers are asked ahead (TPE's constant liar keeps
+    them apart) and built there while the runner verifies and times the oldest."""
     started = time.time()
     result = SearchResult(task=task, best=None, artifact=None)
     by_name = {v.name: v for v in variants}
@@ -197,44 +242,45 @@ def search_workload(task: Task, variants: Sequence[Variant], runner: Runner, *,
     names = sorted(by_name)
     since_gain = 0
     consecutive_duplicates = 0
+    pending: deque[_InFlight] = deque()  # asked, building in the pool (at most one without a pool)
     while True:
-        if result.measured >= options.trials:
-            result.stop_reason = f"trial budget ({options.trials}) spent"
+        reason, finish_in_flight = _stop_reason(result, options, floor_seconds, since_gain,
+                                                consecutive_duplicates, len(pending), space_size(variants))
+        room = pool.idle() if pool is not None else not pending
+        if reason is None and room:
+            trial = study.ask()
+            variant = by_name[trial.suggest_categorical("variant", names)]
+            config = {p: trial.suggest_categorical(f"{variant.name}:{p}", list(choices))
+                      for p, choices in variant.space.items()}
+            candidate = Candidate.of(variant, config)
+            key = candidate.key()
+            in_flight = {item.key for item in pending}
+            if key in known or key in measured_elsewhere or key in in_flight:
+                trial.set_user_attr("duplicate_of", key)
+                if key in in_flight:  # its value is not known yet: the sampler must not count it
+                    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                else:
+                    study.tell(trial, _value(known[key]) if key in known else measured_elsewhere[key])
+                result.duplicates += 1
+                consecutive_duplicates += 1
+                continue
+            consecutive_duplicates = 0
+            trial.set_user_attr("worker", _WORKER_ID)
+            trial.set_user_attr("candidate_key", key)
+            job = TrialJob(task=task, candidate=candidate, floor_seconds=floor_seconds, gate=gate, measure=measure)
+            pending.append(_InFlight(trial, key, job, pool.submit(job) if pool is not None else None))
+            if pool is not None and pool.idle():
+                continue  # ask further ahead while compile workers are free
+        if reason is not None and not finish_in_flight:
+            for item in pending:  # stopped for good: what is still building is not measured
+                study.tell(item.trial, state=optuna.trial.TrialState.FAIL)
+            pending.clear()
+        if not pending:
+            result.stop_reason = reason or ""
             break
-        if options.deadline is not None and time.time() >= options.deadline:
-            result.stop_reason = "time budget spent"
-            break
-        if result.best is not None and result.best.seconds is not None and floor_seconds > 0 \
-                and result.best.seconds <= floor_seconds * (1 + options.floor_margin):
-            result.stop_reason = f"within {options.floor_margin:.0%} of the roofline floor"
-            break
-        if since_gain >= options.patience:
-            result.stop_reason = f"no gain in {options.patience} trials"
-            break
-        if consecutive_duplicates >= options.max_duplicates or result.duplicates + result.measured + \
-                result.invalid >= space_size(variants) + options.max_duplicates:
-            result.stop_reason = "space exhausted"
-            break
-        if result.invalid >= max(50, 4 * options.trials):
-            result.stop_reason = "the space is mostly invalid for this task"
-            break
-        trial = study.ask()
-        variant = by_name[trial.suggest_categorical("variant", names)]
-        config = {p: trial.suggest_categorical(f"{variant.name}:{p}", list(choices))
-                  for p, choices in variant.space.items()}
-        candidate = Candidate.of(variant, config)
-        key = candidate.key()
-        if key in known or key in measured_elsewhere:
-            trial.set_user_attr("duplicate_of", key)
-            study.tell(trial, _value(known[key]) if key in known else measured_elsewhere[key])
-            result.duplicates += 1
-            consecutive_duplicates += 1
-            continue
-        consecutive_duplicates = 0
-        trial.set_user_attr("worker", _WORKER_ID)
-        trial.set_user_attr("candidate_key", key)
-        record, artifact = runner.run(TrialJob(task=task, candidate=candidate, floor_seconds=floor_seconds,
-                                               gate=gate, measure=measure))
+        item = pending.popleft()
+        trial, key = item.trial, item.key
+        record, artifact = _measure(item, runner, pool, backend)
         record.number = trial.number
         trial.set_user_attr("status", record.status)
         if record.reason:

@@ -33,6 +33,7 @@ class TrialJob:
     floor_seconds: float
     gate: GateOptions = field(default_factory=GateOptions)
     measure: MeasureOptions = field(default_factory=MeasureOptions)
+    artifact: Artifact | None = None  # built ahead by a CompilePool: the trial loads it
 
     def record(self, backend: str, status: str, reason: str = "") -> TrialRecord:
         """The trial's record before any evidence is attached."""
@@ -48,8 +49,29 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
 
 
+Built = tuple["Artifact | None", str, str]  # the artifact, or None with the failing status and reason
+
+
+def build_candidate(backend: Backend, job: TrialJob) -> Built:
+    """check -> compile. A configuration the constraints reject is 'invalid', never compiled."""
+    candidate, task = job.candidate, job.task
+    try:
+        invalid = backend.check(candidate, task)
+    except Exception as exc:  # constraints code of a generated variant may itself be broken
+        return None, "invalid", f"constraints raised {_first_line(exc)}"
+    if invalid:
+        return None, "invalid", invalid
+    try:
+        return backend.compile(candidate, task), "", ""
+    except (CompileError, KernelSourceError) as exc:
+        return None, "compile_error", str(exc).strip()[:4000]
+    except Exception as exc:
+        return None, "compile_error", _first_line(exc) + "\n" + traceback.format_exc(limit=3)[-2000:]
+
+
 def execute_trial(backend: Backend, job: TrialJob) -> tuple[TrialRecord, Artifact | None]:
-    """check -> compile -> load -> gate -> time -> floor check. Failures become statuses."""
+    """(check -> compile, unless built ahead) -> load -> gate -> time -> floor check.
+    Failures become statuses."""
     start = time.perf_counter()
     candidate, task = job.candidate, job.task
     record = job.record(backend.name, "ok")
@@ -59,15 +81,13 @@ def execute_trial(backend: Backend, job: TrialJob) -> tuple[TrialRecord, Artifac
         record.wall_seconds = time.perf_counter() - start
         return record, artifact
 
+    artifact = job.artifact
+    if artifact is None:
+        artifact, status, reason = build_candidate(backend, job)
+        if artifact is None:
+            return finish(status, reason)
+    record.artifact_meta = dict(artifact.meta)
     try:
-        invalid = backend.check(candidate, task)
-    except Exception as exc:  # constraints code of a generated variant may itself be broken
-        return finish("invalid", f"constraints raised {_first_line(exc)}")
-    if invalid:
-        return finish("invalid", invalid)
-    try:
-        artifact = backend.compile(candidate, task)
-        record.artifact_meta = dict(artifact.meta)
         program = backend.load(artifact, task)
     except (CompileError, KernelSourceError) as exc:
         return finish("compile_error", str(exc).strip()[:4000])
@@ -87,7 +107,9 @@ def execute_trial(backend: Backend, job: TrialJob) -> tuple[TrialRecord, Artifac
     return finish("ok", "", artifact)
 
 
-def _serve(conn: Connection, target_name: str, backend_name: str, scratch: str) -> None:
+def _serve(conn: Connection, target_name: str, backend_name: str, scratch: str, hide_devices: bool) -> None:
+    if hide_devices:  # read when CUDA/ROCm first initialises, which has not happened in this process
+        os.environ["CUDA_VISIBLE_DEVICES"] = os.environ["HIP_VISIBLE_DEVICES"] = ""
     os.makedirs(scratch, exist_ok=True)
     os.chdir(scratch)
     try:
@@ -103,26 +125,31 @@ def _serve(conn: Connection, target_name: str, backend_name: str, scratch: str) 
             return
         if job is None:
             return
-        conn.send(("result", execute_trial(backend, job)))
+        kind, job = job
+        conn.send(("result", execute_trial(backend, job) if kind == "trial" else build_candidate(backend, job)))
 
 
 class IsolatedRunner:
-    """A persistent worker process per backend, restarted after a crash or a timeout."""
+    """A persistent worker process per backend, restarted after a crash or a timeout.
+    hide_devices: the process sees no GPU (a compile worker must not run kernels beside the one
+    being timed; a GPU backend there cross-compiles for the target's arch instead)."""
 
     START_TIMEOUT_S = 300.0
 
-    def __init__(self, target: Target, timeout_s: float, scratch: Path) -> None:
+    def __init__(self, target: Target, timeout_s: float, scratch: Path, hide_devices: bool = False) -> None:
         self.target = target
+        self.hide_devices = hide_devices
         self.timeout_s = timeout_s
         self.scratch = Path(scratch)
         self._ctx = mp.get_context("spawn")
         self._process: Any = None
         self._conn: Connection | None = None
+        self._submitted = 0.0
 
     def _start(self) -> None:
         parent, child = self._ctx.Pipe()
         self._process = self._ctx.Process(
-            target=_serve, args=(child, self.target.name, self.target.backend, str(self.scratch)),
+            target=_serve, args=(child, self.target.name, self.target.backend, str(self.scratch), self.hide_devices),
             daemon=True)
         self._process.start()
         child.close()
@@ -149,30 +176,39 @@ class IsolatedRunner:
             self._conn.close()
         self._process, self._conn = None, None
 
-    def run(self, job: TrialJob) -> tuple[TrialRecord, Artifact | None]:
+    def submit(self, kind: str, job: TrialJob) -> None:
+        """Hand the worker a job ('trial': build, verify, time; 'build': check and compile)."""
         if self._process is None or not self._process.is_alive():
             self._start()
         assert self._conn is not None
-        started = time.perf_counter()
-        self._conn.send(job)
+        self._submitted = time.perf_counter()
+        self._conn.send((kind, job))
+
+    def collect(self) -> tuple[str, Any]:
+        """('result', payload), or ('failed', (status, reason)) after a death or the time limit
+        (the worker is then stopped; the next job starts a fresh one)."""
+        assert self._conn is not None
         try:
-            ready = self._conn.poll(self.timeout_s)
-            if ready:
-                kind, payload = self._conn.recv()
-                return payload
+            if self._conn.poll(max(0.0, self.timeout_s - (time.perf_counter() - self._submitted))):
+                return self._conn.recv()
         except (EOFError, OSError):
             code = None
             if self._process is not None:
                 self._process.join(timeout=5)
                 code = self._process.exitcode
             self._stop()
-            return self._failed(job, "runtime_error", f"worker process died (exit code {code})", started)
+            return "failed", ("runtime_error", f"worker process died (exit code {code})")
         self._stop()
-        return self._failed(job, "timeout", f"no result within {self.timeout_s:.0f} s: killed", started)
+        return "failed", ("timeout", f"no result within {self.timeout_s:.0f} s: killed")
 
-    def _failed(self, job: TrialJob, status: str, reason: str, started: float):
+    def run(self, job: TrialJob) -> tuple[TrialRecord, Artifact | None]:
+        self.submit("trial", job)
+        kind, payload = self.collect()
+        if kind == "result":
+            return payload
+        status, reason = payload
         record = job.record(self.target.backend, status, reason)
-        record.wall_seconds = time.perf_counter() - started
+        record.wall_seconds = time.perf_counter() - self._submitted
         return record, None
 
     def close(self) -> None:
@@ -211,3 +247,44 @@ class InProcessRunner:
     def __exit__(self, *exc: object) -> None:
         pass
 
+
+
+class CompilePool:
+    """Worker processes that check and compile candidates ahead of the one that verifies and
+    times them, so compiling (CPU-bound: Triton and ptxas, TVM and LLVM) overlaps measuring and
+    several candidates compile at once. Each is an IsolatedRunner that sees no GPU, so nothing
+    runs on the device beside the kernel being timed (a Triton candidate is cross-compiled there
+    and JIT-loaded by the measuring worker). A compile that crashes or runs past the time limit
+    fails its trial and only its own worker is restarted."""
+
+    def __init__(self, target: Target, workers: int, timeout_s: float, scratch: Path) -> None:
+        self.workers = [IsolatedRunner(target, timeout_s, Path(scratch) / f"compile-{i}", hide_devices=True)
+                        for i in range(workers)]
+        self._idle = list(range(workers))
+
+    def idle(self) -> bool:
+        return bool(self._idle)
+
+    def submit(self, job: TrialJob) -> int:
+        """Start building the job's candidate on an idle worker; the ticket collects it."""
+        ticket = self._idle.pop(0)
+        self.workers[ticket].submit("build", job)
+        return ticket
+
+    def collect(self, ticket: int) -> Built:
+        kind, payload = self.workers[ticket].collect()
+        self._idle.append(ticket)
+        if kind == "result":
+            return payload
+        status, reason = payload
+        return None, status, f"compiling: {reason}"
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.close()
+
+    def __enter__(self) -> "CompilePool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
