@@ -6,7 +6,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -270,6 +270,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+RUNNER_PAUSE_S = 0.2
+
+
+def _interleaved_latency(runners: dict[str, Callable[[], Any]], repeats: int, rounds: int = 5,
+                         synchronize: Callable[[], None] | None = None) -> dict[str, float]:
+    """Median seconds per run of each runner, timed in alternating rounds after a warm-up each,
+    so a change in the machine's state (clocks, caches, other load) hits every runner alike. A
+    pause between runners lets thread pools that spin after a run (onnxruntime's) go idle first."""
+    times: dict[str, list[float]] = {name: [] for name in runners}
+    per_round = max(1, -(-repeats // rounds))
+    sync = synchronize or (lambda: None)
+    for _ in range(rounds):
+        for name, run in runners.items():
+            run()
+            for _ in range(per_round):
+                sync()
+                start = time.perf_counter()
+                run()
+                sync()
+                times[name].append(time.perf_counter() - start)
+            time.sleep(RUNNER_PAUSE_S)
+    return {name: float(np.median(values)) for name, values in times.items()}
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     import onnxruntime as ort
 
@@ -277,18 +301,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     session = _session(args)
     feeds = _feeds(args, session.graph)
-    rows: dict[str, float] = {}
-    if session.pack is not None:
-        rows["portkern (pack)"] = float(np.median(session.latency(feeds, repeats=args.repeats)))
-    rows["reference executor"] = float(np.median(Session(session.graph).latency(feeds, repeats=args.repeats)))
     ort_session = ort.InferenceSession(args.model, providers=["CPUExecutionProvider"])
-    ort_session.run(None, feeds)
-    times = []
-    for _ in range(args.repeats):
-        start = time.perf_counter()
-        ort_session.run(None, feeds)
-        times.append(time.perf_counter() - start)
-    rows["onnxruntime (CPU)"] = float(np.median(times))
+    runners: dict[str, Callable[[], Any]] = {}
+    if session.pack is not None:
+        runners["portkern (pack)"] = lambda: session.run(feeds)
+    reference = Session(session.graph)
+    runners["reference executor"] = lambda: reference.run(feeds)
+    runners["onnxruntime (CPU)"] = lambda: ort_session.run(None, feeds)
+    rows = _interleaved_latency(runners, args.repeats, synchronize=session.backend.synchronize
+                                if session.backend is not None else None)
     if args.json:
         print(json.dumps({"latency_seconds": rows, "repeats": args.repeats}, indent=1))
         return 0
