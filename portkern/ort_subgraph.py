@@ -9,6 +9,7 @@ backend times it on its own buffers.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -81,10 +82,10 @@ def task_model(task: Task) -> onnx.ModelProto:
                           task.opset, f"portkern_{task.key}")
 
 
-def session_options(threads: int) -> Any:
+def session_options(threads: int, stop_spinning: bool = True) -> Any:
     """onnxruntime options for portkern's sessions. Pool threads spin between the ops of one run
-    (waking a sleeping thread per op costs more than small ops take) and stop spinning when the
-    run ends, so the kernels that run between portkern's sessions get the cores."""
+    (waking a sleeping thread per op costs more than small ops take) and, with stop_spinning, stop
+    when the run ends, so the kernels that run between portkern's sessions get the cores."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -92,7 +93,7 @@ def session_options(threads: int) -> Any:
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
     options.add_session_config_entry("session.intra_op.allow_spinning", "1")
-    options.add_session_config_entry("session.force_spinning_stop", "1")
+    options.add_session_config_entry("session.force_spinning_stop", "1" if stop_spinning else "0")
     return options
 
 
@@ -100,14 +101,19 @@ class OrtGraphPiece:
     """A run of graph nodes in one onnxruntime session, on host arrays: the runtime's baseline for
     the stretches of a model that the pack does not cover (glue ops and untuned tasks together)."""
 
-    def __init__(self, model: onnx.ModelProto, threads: int) -> None:
+    def __init__(self, model: onnx.ModelProto | str | Path | bytes, threads: int, stop_spinning: bool = True) -> None:
+        """model: a rebuilt stretch, or the model file itself (a path keeps its external weights);
+        stop_spinning=False where nothing of portkern's runs between two runs of this session."""
         import onnxruntime as ort
 
+        loadable = model.SerializeToString() if isinstance(model, onnx.ModelProto) else \
+            str(model) if isinstance(model, Path) else model
+        name = model.graph.name if isinstance(model, onnx.ModelProto) else "the model file"
         try:
-            self.session = ort.InferenceSession(model.SerializeToString(), session_options(threads),
+            self.session = ort.InferenceSession(loadable, session_options(threads, stop_spinning),
                                                 providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own types for bad graphs
-            raise OrtSubgraphError(f"onnxruntime rejects {model.graph.name}: {str(exc).splitlines()[0]}") from None
+            raise OrtSubgraphError(f"onnxruntime rejects {name}: {str(exc).splitlines()[0]}") from None
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
 

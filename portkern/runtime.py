@@ -68,8 +68,12 @@ class Session:
     """portkern.Session(model, pack): a model ready to run with its tuned kernels."""
 
     def __init__(self, model: str | Path | bytes | Graph, pack: str | Path | Pack | None = None, *,
-                 shapes: Mapping[str, tuple[int, ...]] | None = None, allow_mismatch: bool = False) -> None:
+                 shapes: Mapping[str, tuple[int, ...]] | None = None, allow_mismatch: bool = False,
+                 source: str | Path | bytes | None = None) -> None:
+        """source: the model file a Graph was loaded from (a path or bytes are their own source);
+        where the pack covers nothing, the backend's runtime may run it as it is."""
         self.pack = load_pack(pack) if isinstance(pack, (str, Path)) else pack
+        self.source = source if isinstance(model, Graph) else model
         if isinstance(model, Graph):
             self.graph = model
         else:
@@ -145,8 +149,10 @@ class Session:
                 covered.update(node.name for node in stretch)
                 continue
             graph = self.graph
+            whole = len(stretch) == len(graph.nodes)
             piece = backend.stretch_runner(stretch, {v: graph.values[v] for v in inputs},
-                                           {v: graph.values[v] for v in outputs}, graph.constants, graph.opset)
+                                           {v: graph.values[v] for v in outputs}, graph.constants, graph.opset,
+                                           source=self.source if whole else None)
             if piece is not None:
                 self.pieces.append((stretch, piece))
                 self.host_fallbacks += piece.host_nodes

@@ -402,7 +402,7 @@ def _end_to_end(model_path: Path, graph: Graph, backend: Backend, target: Target
     def session_with(kept: list[TaskOutcome]) -> Session:
         entries = {o.profile.task.key: _entry(o, graph) for o in kept}
         return Session(graph, Pack(target={"name": target.name, "backend": target.backend},
-                                   fingerprint=backend.fingerprint(), entries=entries))
+                                   fingerprint=backend.fingerprint(), entries=entries), source=model_path)
 
     def latency(kept: list[TaskOutcome]) -> float:
         return float(np.median(session_with(kept).latency(feeds, repeats=7)))

@@ -82,3 +82,30 @@ def test_non_contiguous_input_is_read_afresh_each_run() -> None:
         strided[...] = make_inputs(task, seed, "normal")[0]
         program([strided], [out])
         assert compare(out, task.reference([strided])[0], 1e-5)["passed"]
+
+
+def test_a_pack_that_covers_nothing_runs_the_model_file_itself(tmp_path) -> None:
+    """With no tuned kernel the whole graph is one stretch: onnxruntime runs the user's file (its
+    symbolic dims kept), not a rebuilt graph; stretches beside kernels are rebuilt subgraphs."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from portkern.backends import get_backend
+    from portkern.hwprofile import load_target
+    from portkern.pack import Pack
+    from portkern.runtime import Session
+
+    weight = np.random.default_rng(0).standard_normal((8, 5)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Relu", ["y"], ["out"])], "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 5])],
+        [numpy_helper.from_array(weight, "w")])
+    path = tmp_path / "tiny.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    backend = get_backend(load_target("cpu"))
+    empty = Pack(target={"name": "cpu", "backend": backend.name}, fingerprint=backend.fingerprint(), entries={})
+    session = Session(path, empty, shapes={"x": (3, 8)})
+    [(stretch, piece)] = session.pieces
+    assert len(stretch) == 2 and piece.run.session.get_inputs()[0].shape == ["batch", 8]
+    x = np.random.default_rng(1).standard_normal((3, 8)).astype(np.float32)
+    np.testing.assert_allclose(session.run({"x": x})["out"], np.maximum(x @ weight, 0), rtol=1e-5, atol=1e-6)

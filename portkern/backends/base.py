@@ -11,6 +11,7 @@ import json
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping, Protocol, Sequence
 
 import numpy as np
@@ -168,11 +169,13 @@ class Backend(ABC):
 
     def stretch_runner(self, nodes: Sequence[Node], inputs: Mapping[str, TensorSpec],
                        outputs: Mapping[str, TensorSpec], constants: Mapping[str, np.ndarray],
-                       opset: int) -> StretchPiece | None:
+                       opset: int, source: str | Path | bytes | None = None) -> StretchPiece | None:
         """The backend's own runtime for a stretch of the model a pack does not cover: the piece
         reads the stretch's inputs by name and returns its outputs by name, as the runtime holds
-        values (host arrays where `host_memory`, device buffers elsewhere). None: not available;
-        the runtime falls back task by task, then to the reference executor."""
+        values (host arrays where `host_memory`, device buffers elsewhere). `source`, given when
+        the stretch is the whole graph, is the model file itself, which a runtime may prefer to
+        a rebuilt graph (the exporter's symbolic dims, the fusions its optimizer expects). None:
+        not available; the runtime falls back task by task, then to the reference executor."""
         return None
 
     def modeled_seconds(self, program: Program) -> float | None:

@@ -45,6 +45,7 @@ import platform
 import subprocess
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -208,7 +209,7 @@ class TritonBackend(Backend):
 
     def stretch_runner(self, nodes: Sequence[Node], inputs: Mapping[str, TensorSpec],
                        outputs: Mapping[str, TensorSpec], constants: Mapping[str, np.ndarray],
-                       opset: int) -> StretchPiece:
+                       opset: int, source: str | Path | bytes | None = None) -> StretchPiece:
         """The glue between tasks as torch ops on the device (glue.py); a node it does not cover
         runs in the numpy executor on the host, listed on the piece."""
         return glue.stretch_piece(self, nodes, list(inputs), list(outputs), constants, opset)

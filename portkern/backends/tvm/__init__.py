@@ -211,11 +211,13 @@ class TvmBackend(Backend):
 
     def stretch_runner(self, nodes: Sequence[Node], inputs: Mapping[str, TensorSpec],
                        outputs: Mapping[str, TensorSpec], constants: Mapping[str, np.ndarray],
-                       opset: int) -> StretchPiece | None:
+                       opset: int, source: str | Path | bytes | None = None) -> StretchPiece | None:
         """onnxruntime on the stretch, as one session, on host arrays."""
         try:
-            model = subgraph_model(nodes, inputs, outputs, constants, opset, f"portkern_{nodes[0].name}")
-            return StretchPiece(OrtGraphPiece(model, threads=self.target.profile.cores))
+            model = source if source is not None else subgraph_model(nodes, inputs, outputs, constants, opset,
+                                                                     f"portkern_{nodes[0].name}")
+            # the whole model in one session: nothing of portkern's runs between its runs
+            return StretchPiece(OrtGraphPiece(model, threads=self.target.profile.cores, stop_spinning=source is None))
         except OrtSubgraphError:
             return None
 
