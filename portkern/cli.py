@@ -270,34 +270,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-RUNNER_PAUSE_S = 0.2
-
-
-def _interleaved_latency(runners: dict[str, Callable[[], Any]], repeats: int, rounds: int = 5,
-                         synchronize: Callable[[], None] | None = None) -> dict[str, float]:
-    """Median seconds per run of each runner, timed in alternating rounds after a warm-up each,
-    so a change in the machine's state (clocks, caches, other load) hits every runner alike. A
-    pause between runners lets thread pools that spin after a run (onnxruntime's) go idle first."""
-    times: dict[str, list[float]] = {name: [] for name in runners}
-    per_round = max(1, -(-repeats // rounds))
-    sync = synchronize or (lambda: None)
-    for _ in range(rounds):
-        for name, run in runners.items():
-            run()
-            for _ in range(per_round):
-                sync()
-                start = time.perf_counter()
-                run()
-                sync()
-                times[name].append(time.perf_counter() - start)
-            time.sleep(RUNNER_PAUSE_S)
-    return {name: float(np.median(values)) for name, values in times.items()}
-
-
 def cmd_bench(args: argparse.Namespace) -> int:
     import onnxruntime as ort
 
-    from .runtime import Session
+    from .runtime import Session, interleaved_latency
 
     session = _session(args)
     feeds = _feeds(args, session.graph)
@@ -308,7 +284,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     reference = Session(session.graph)
     runners["reference executor"] = lambda: reference.run(feeds)
     runners["onnxruntime (CPU)"] = lambda: ort_session.run(None, feeds)
-    rows = _interleaved_latency(runners, args.repeats, synchronize=session.backend.synchronize
+    rows = interleaved_latency(runners, args.repeats, synchronize=session.backend.synchronize
                                 if session.backend is not None else None)
     if args.json:
         print(json.dumps({"latency_seconds": rows, "repeats": args.repeats}, indent=1))

@@ -330,6 +330,31 @@ class Session:
         return times
 
 
+RUNNER_PAUSE_S = 0.2
+
+
+def interleaved_latency(runners: dict[str, Callable[[], Any]], repeats: int, rounds: int = 5,
+                        synchronize: Callable[[], None] | None = None,
+                        pause_s: float = RUNNER_PAUSE_S) -> dict[str, float]:
+    """Median seconds per run of each runner, timed in alternating rounds after a warm-up each,
+    so a change in the machine's state (clocks, caches, other load) hits every runner alike. A
+    pause between runners lets thread pools that spin after a run (onnxruntime's) go idle first."""
+    times: dict[str, list[float]] = {name: [] for name in runners}
+    per_round = max(1, -(-repeats // rounds))
+    sync = synchronize or (lambda: None)
+    for _ in range(rounds):
+        for name, run in runners.items():
+            run()
+            for _ in range(per_round):
+                sync()
+                start = time.perf_counter()
+                run()
+                sync()
+                times[name].append(time.perf_counter() - start)
+            time.sleep(pause_s)
+    return {name: float(np.median(values)) for name, values in times.items()}
+
+
 class _CudaGraph:
     """The device part of a run as one CUDA graph. Warm-up and capture use the same side stream,
     so cuBLAS and cuDNN make their per-stream workspaces during the warm-up, not mid-capture;

@@ -118,6 +118,20 @@ MAX_ROUNDS = 4  # proposer rounds per task: builtin first, then what rules / an 
 E2E_NOISE = 0.03  # whole-model latency differences below this are noise
 
 
+MIN_TIME_SHARE = 0.05  # of the time left: a task of small headroom still gets its seeded trials
+
+
+def time_slice(deadline: float | None, headroom: float, untuned_headroom: float) -> float | None:
+    """A task's deadline: its share of the headroom not yet tuned, of the time left (at least
+    MIN_TIME_SHARE), so one slow-to-tune task cannot spend the whole --time-budget; time a task
+    leaves unused goes to the tasks after it."""
+    if deadline is None:
+        return None
+    now = time.time()
+    share = headroom / untuned_headroom if untuned_headroom > 0 else 1.0
+    return now + max(0.0, deadline - now) * min(1.0, max(MIN_TIME_SHARE, share))
+
+
 def allocate_trials(profiles: Sequence[TaskProfile], total: int, cap: int, minimum: int) -> dict[str, int]:
     """Trials proportional to each task's headroom (time above its floor), clamped to [min, cap]."""
     weights = {p.task.key: p.headroom_seconds for p in profiles}
@@ -256,11 +270,13 @@ def run_tune(model_path: Path, options: TuneOptions, out: Path | None,
                 outcomes.append(TaskOutcome(profile, None, f"not admitted: {reason}"))
                 continue
             catalog.add(task)
+            untuned_headroom = sum(p.headroom_seconds for p in tunable[tunable.index(profile):])
+            task_deadline = time_slice(deadline, profile.headroom_seconds, untuned_headroom)
             say(f"[{index + 1}/{len(profiles)}] {task.label} x{profile.count}: baseline "
                 f"{_ms(profile.seconds)} ({profile.baseline_source}), floor {_ms(profile.floor_seconds)}, "
                 f"{budget[task.key]} trials")
             outcomes.append(_tune_task(task, profile, backend, runner, pool, proposers, budget[task.key],
-                                       deadline, storage, log, store, catalog, options, say))
+                                       task_deadline, storage, log, store, catalog, options, say))
     e2e = _end_to_end(model_path, graph, backend, target, outcomes, options, say)
     pack_path = None
     report = TuneReport(model=model_path.name, target=target.name, backend=target.backend,
@@ -387,7 +403,7 @@ def _end_to_end(model_path: Path, graph: Graph, backend: Backend, target: Target
                 outcomes: list[TaskOutcome], options: TuneOptions, say: Progress) -> dict[str, Any]:
     """The whole model with the winners vs onnxruntime: a winner that breaks it is dropped."""
     from .pack import Pack
-    from .runtime import Session
+    from .runtime import RUNNER_PAUSE_S, Session, interleaved_latency
 
     import onnxruntime as ort
 
@@ -404,8 +420,15 @@ def _end_to_end(model_path: Path, graph: Graph, backend: Backend, target: Target
         return Session(graph, Pack(target={"name": target.name, "backend": target.backend},
                                    fingerprint=backend.fingerprint(), entries=entries), source=model_path)
 
-    def latency(kept: list[TaskOutcome]) -> float:
-        return float(np.median(session_with(kept).latency(feeds, repeats=7)))
+    # onnxruntime pools spin after a run; on a device backend nothing of the host's waits to go idle
+    pause_s = RUNNER_PAUSE_S if backend.host_memory else 0.0
+
+    def faster_without(kept: list[TaskOutcome], without: list[TaskOutcome]) -> tuple[bool, float, float]:
+        """Both assemblies timed side by side (alternating rounds): is the second faster beyond noise?"""
+        first, second = session_with(kept), session_with(without)
+        times = interleaved_latency({"with": lambda: first.run(feeds), "without": lambda: second.run(feeds)},
+                                    repeats=10, synchronize=backend.synchronize, pause_s=pause_s)
+        return times["without"] < times["with"] * (1 - E2E_NOISE), times["with"], times["without"]
 
     def check(kept: list[TaskOutcome]) -> tuple[float, Any]:
         session = session_with(kept)
@@ -433,41 +456,36 @@ def _end_to_end(model_path: Path, graph: Graph, backend: Backend, target: Target
     if kept and not backend.simulated:
         # a kernel faster alone can still slow the model (it splits what the baseline runtime
         # fuses): one pass, each winner out in turn, dropped where the model runs faster without it
-        current = latency(kept)
         for outcome in list(kept):
-            without = latency([k for k in kept if k is not outcome])
-            if without < current * (1 - E2E_NOISE):
+            slower, with_it, without = faster_without(kept, [k for k in kept if k is not outcome])
+            if slower:
                 outcome.status = (f"dropped: the model runs faster without it "
-                                  f"({current * 1e3:.3g} -> {without * 1e3:.3g} ms)")
+                                  f"({with_it * 1e3:.3g} -> {without * 1e3:.3g} ms)")
                 say(f"end-to-end: {outcome.profile.task.label} slows the model: dropped")
                 kept.remove(outcome)
-                current = without
-        alone = latency([]) if kept else current
-        if alone < current * (1 - E2E_NOISE):  # together they still cost more than they save
-            for outcome in kept:
-                outcome.status = (f"dropped: the model runs faster on the baseline alone "
-                                  f"({current * 1e3:.3g} -> {alone * 1e3:.3g} ms)")
-            say(f"end-to-end: the model runs faster without the {len(kept)} remaining kernels: dropped")
-            kept = []
+        if kept:
+            slower, with_them, alone = faster_without(kept, [])
+            if slower:  # together they still cost more than they save
+                for outcome in kept:
+                    outcome.status = (f"dropped: the model runs faster on the baseline alone "
+                                      f"({with_them * 1e3:.3g} -> {alone * 1e3:.3g} ms)")
+                say(f"end-to-end: the model runs faster without the {len(kept)} remaining kernels: dropped")
+                kept = []
         error, session = check(kept)
-    repeats = 5
-    portkern_times = session.latency(feeds, repeats=repeats)
-    # the same runtime with no tuned kernel: the backend's baseline ops (torch, onnxruntime) and glue
-    baseline_times = session_with([]).latency(feeds, repeats=repeats)
-    ort_times = []
-    for _ in range(2):
-        ort_session.run(None, feeds)
-    for _ in range(repeats):
-        start = time.perf_counter()
-        ort_session.run(None, feeds)
-        ort_times.append(time.perf_counter() - start)
+    repeats = 10
+    # the same runtime with no tuned kernel (the backend's baseline ops and glue) and onnxruntime,
+    # timed side by side with the pack in alternating rounds
+    baseline_session = session_with([])
+    times = interleaved_latency({"portkern": lambda: session.run(feeds),
+                                 "backend_baseline": lambda: baseline_session.run(feeds),
+                                 "onnxruntime_cpu": lambda: ort_session.run(None, feeds)},
+                                repeats=repeats, synchronize=backend.synchronize, pause_s=pause_s)
     result = {
         "max_rel_l2_vs_onnxruntime": error, "tolerance": tolerance, "passed": error <= tolerance,
         "kernels_used": len(kept), "fallback_tasks": len(session.fallbacks),
-        "latency_seconds": {"portkern": float(np.median(portkern_times)),
-                            "backend_baseline": float(np.median(baseline_times)),
-                            "onnxruntime_cpu": float(np.median(ort_times))},
-        "method": f"median of {repeats} whole-model runs after warm-up, host clock, same process, same feeds",
+        "latency_seconds": times,
+        "method": f"median of {repeats} whole-model runs each, in alternating rounds after a warm-up, "
+                  "host clock with the device synchronized, same process, same feeds",
     }
     say(f"end-to-end: rel error vs onnxruntime {error:.2g} (tolerance {tolerance:g}); latency "
         f"portkern {_ms(result['latency_seconds']['portkern'])}, onnxruntime "

@@ -3,6 +3,7 @@ PostgreSQL storage for distributed tunes (CI starts one; skipped where none is c
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import optuna
@@ -17,7 +18,7 @@ from portkern.search.records import RecordLog
 from portkern.search.strategy import ArtifactStore, SearchOptions, search_workload, space_size
 from portkern.search.worker import InProcessRunner
 from portkern.synthetic import softmax_task
-from portkern.tuner import allocate_trials
+from portkern.tuner import MIN_TIME_SHARE, allocate_trials, time_slice
 from portkern.verify import GateOptions
 
 FAST = MeasureOptions(warmup=1, repeats=3, input_sets=2)
@@ -62,6 +63,17 @@ def test_trials_follow_headroom() -> None:
 
     budget = allocate_trials([P("a", 9.0), P("b", 1.0), P("c", 0.0)], total=100, cap=60, minimum=4)
     assert budget == {"a": 60, "b": 10, "c": 4}
+
+
+def test_time_follows_headroom() -> None:
+    now = time.time()
+    deadline = now + 100.0
+    # the largest of 10 s of untuned headroom gets 90% of the time left; the last task all of it
+    assert time_slice(deadline, 9.0, 10.0) == pytest.approx(now + 90.0, abs=1.0)
+    assert time_slice(deadline, 1.0, 1.0) == pytest.approx(now + 100.0, abs=1.0)
+    # a task of tiny headroom still gets its minimum share; no budget, no deadline
+    assert time_slice(deadline, 0.0, 10.0) == pytest.approx(now + 100.0 * MIN_TIME_SHARE, abs=1.0)
+    assert time_slice(None, 1.0, 2.0) is None
 
 
 def test_rules_proposer_widens_past_the_edge(backend) -> None:
