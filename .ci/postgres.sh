@@ -2,6 +2,8 @@
 # Start a throwaway PostgreSQL on 127.0.0.1 for the distributed-storage tests; prints the URL.
 set -euo pipefail
 port=${PORTKERN_PG_PORT:-54329}
+# a port something already listens on (an earlier run's server) moves us to the next one
+while (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null; do port=$((port + 1)); done
 dir=$(mktemp -d /tmp/portkern-pg.XXXXXX)
 bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 if [ -z "$bin" ]; then
