@@ -413,10 +413,9 @@ def _split(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
     return list(np.split(x, bounds, axis=axis))
 
 
-@_register("Slice")
-def _slice(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
-    x = inputs[0]
-    assert x is not None
+def slice_arguments(node: Node, inputs: Sequence[Any]) -> list[tuple[int, int, int, int]]:
+    """(start, end, axis, step) per sliced axis of a Slice node, as given: attributes before
+    opset 10 (unit steps), inputs from then on; axes may be negative, bounds out of range."""
     if "starts" in node.attrs:
         starts, ends = _ints(node.attrs["starts"]), _ints(node.attrs["ends"])
         axes = _ints(node.attrs["axes"]) if "axes" in node.attrs else None
@@ -427,8 +426,15 @@ def _slice(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
         steps = None if _opt(inputs, 4) is None else _ints(inputs[4])
     axes = list(range(len(starts))) if axes is None else axes
     steps = [1] * len(starts) if steps is None else steps
+    return list(zip(starts, ends, axes, steps))
+
+
+@_register("Slice")
+def _slice(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
+    x = inputs[0]
+    assert x is not None
     index = [slice(None)] * x.ndim
-    for start, end, axis, step in zip(starts, ends, axes, steps):
+    for start, end, axis, step in slice_arguments(node, inputs):
         dim = x.shape[axis]
         # clamp the INT64 sentinels so python slicing sees in-range bounds
         start, end = max(min(start, dim), -dim - 1), max(min(end, dim), -dim - 1)

@@ -123,18 +123,18 @@ def _judge(out64: np.ndarray, ref64: np.ndarray, diff: np.ndarray, ref_f: np.nda
     ref_max = _max_abs(ref_f)
     norm_max = max_abs / (ref_max or 1.0)
     result: dict[str, Any] = {"rel_l2": rel_l2, "max_abs": max_abs, "norm_max": norm_max, "tol": tol}
-    if rel_l2 > tol:
-        worst = np.unravel_index(int(np.argmax(np.abs(np.where(finite, out64 - ref64, 0)))), out64.shape)
-        result.update(passed=False, reason=f"relative L2 error {rel_l2:.3g} > {tol:.1g} "
-                      f"(worst at {tuple(int(i) for i in worst)}: got {out64[worst]:.6g}, want {ref64[worst]:.6g})",
-                      worst_index=[int(i) for i in worst])
-    elif norm_max > tol * MAX_ERROR_FACTOR:
-        worst = np.unravel_index(int(np.argmax(np.abs(np.where(finite, out64 - ref64, 0)))), out64.shape)
-        result.update(passed=False, reason=f"max error {max_abs:.3g} is {norm_max:.3g} of the output scale "
-                      f"> {tol * MAX_ERROR_FACTOR:.1g} (at {tuple(int(i) for i in worst)})",
-                      worst_index=[int(i) for i in worst])
-    else:
+    if rel_l2 <= tol and norm_max <= tol * MAX_ERROR_FACTOR:
         result.update(passed=True, reason="")
+        return result
+    worst = np.unravel_index(int(np.argmax(np.abs(np.where(finite, out64 - ref64, 0)))), out64.shape)
+    at = tuple(int(i) for i in worst)
+    if rel_l2 > tol:
+        reason = (f"relative L2 error {rel_l2:.3g} > {tol:.1g} "
+                  f"(worst at {at}: got {out64[worst]:.6g}, want {ref64[worst]:.6g})")
+    else:
+        reason = (f"max error {max_abs:.3g} is {norm_max:.3g} of the output scale "
+                  f"> {tol * MAX_ERROR_FACTOR:.1g} (at {at})")
+    result.update(passed=False, reason=reason, worst_index=list(at))
     return result
 
 

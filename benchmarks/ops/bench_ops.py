@@ -114,8 +114,8 @@ def main() -> int:
             nearest = catalog.nearest(task, log, {v.name: v for v in variants})
             catalog.add(task)
             result = search_workload(
-                task, variants, runner, storage=f"sqlite:///{work / 'study.db'}", seeds=[nearest] if nearest else [],
-                log=log, store=ArtifactStore(work / "artifacts"),
+                task, variants, runner, storage=f"sqlite:///{work / 'study.db'}",
+                seeds=[nearest] if nearest else [], log=log, store=ArtifactStore(work / "artifacts"),
                 floor_seconds=floor, backend=backend.name, gate=gate, measure=measure,
                 options=SearchOptions(trials=args.trials, patience=max(8, args.trials // 2),
                                       deadline=time.time() + args.case_seconds))
@@ -123,7 +123,8 @@ def main() -> int:
             statuses: dict[str, int] = {}
             for record in result.records:
                 statuses[record.status] = statuses.get(record.status, 0) + 1
-            row: dict[str, Any] = {"case": name, "seeded_from_nearest_shape": nearest.params if nearest else None, "suite": suite, "task": task.describe(), "flops": task.flops,
+            row: dict[str, Any] = {"case": name, "suite": suite, "task": task.describe(), "flops": task.flops,
+                                   "seeded_from_nearest_shape": nearest.params if nearest else None,
                                    "min_bytes": task.min_bytes, "floor_seconds": floor, "tune_seconds": tune_s,
                                    "trials": result.measured, "statuses": statuses,
                                    "stop_reason": result.stop_reason, "variants": [v.name for v in variants],
@@ -157,7 +158,8 @@ def main() -> int:
             print(f"{name:34s} " + "  ".join(f"{k}={v * 1e6:9.1f}us ({row['rates'][k]}, {row['floor_fraction'][k]:.0%} floor)"
                                               for k, v in timings.items())
                   + f"  | portkern vs: {speed} | {result.measured} trials {tune_s:.0f}s {statuses}", flush=True)
-            Path(args.out).write_text(json.dumps(_document(args, fingerprint, backend.timing_method, rows), indent=1, default=str))
+            document = _document(args, fingerprint, backend.timing_method, rows)
+            Path(args.out).write_text(json.dumps(document, indent=1, default=str))
     return 0
 
 

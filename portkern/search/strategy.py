@@ -158,8 +158,9 @@ class _InFlight:
 def _measure(item: _InFlight, runner: Runner, pool: CompilePool | None,
              backend: str) -> tuple[TrialRecord, Artifact | None]:
     """The trial's verdict and time: built by the pool first where there is one."""
-    if pool is None or item.ticket is None:
+    if item.ticket is None:
         return runner.run(item.job)
+    assert pool is not None  # a ticket is the pool's
     artifact, status, reason = pool.collect(item.ticket)
     if artifact is None:
         return item.job.record(backend, status, reason), None

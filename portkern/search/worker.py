@@ -63,10 +63,16 @@ def build_candidate(backend: Backend, job: TrialJob) -> Built:
         return None, "invalid", invalid
     try:
         return backend.compile(candidate, task), "", ""
-    except (CompileError, KernelSourceError) as exc:
-        return None, "compile_error", str(exc).strip()[:4000]
     except Exception as exc:
-        return None, "compile_error", _first_line(exc) + "\n" + traceback.format_exc(limit=3)[-2000:]
+        return None, "compile_error", _build_failure(exc)
+
+
+def _build_failure(exc: Exception) -> str:
+    """A compile or load error as the trial's reason: the compiler's own words, else the
+    exception with the end of its traceback."""
+    if isinstance(exc, (CompileError, KernelSourceError)):
+        return str(exc).strip()[:4000]
+    return _first_line(exc) + "\n" + traceback.format_exc(limit=3)[-2000:]
 
 
 def execute_trial(backend: Backend, job: TrialJob) -> tuple[TrialRecord, Artifact | None]:
@@ -89,10 +95,8 @@ def execute_trial(backend: Backend, job: TrialJob) -> tuple[TrialRecord, Artifac
     record.artifact_meta = dict(artifact.meta)
     try:
         program = backend.load(artifact, task)
-    except (CompileError, KernelSourceError) as exc:
-        return finish("compile_error", str(exc).strip()[:4000])
     except Exception as exc:
-        return finish("compile_error", _first_line(exc) + "\n" + traceback.format_exc(limit=3)[-2000:])
+        return finish("compile_error", _build_failure(exc))
     record.verdict = verify(backend, program, task, candidate.variant.precision, job.gate)
     if not record.verdict.passed:
         status = "runtime_error" if record.verdict.reason.startswith("runtime error") else "rejected"
@@ -125,8 +129,8 @@ def _serve(conn: Connection, target_name: str, backend_name: str, scratch: str, 
             return
         if job is None:
             return
-        kind, job = job
-        conn.send(("result", execute_trial(backend, job) if kind == "trial" else build_candidate(backend, job)))
+        kind, work = job
+        conn.send(("result", execute_trial(backend, work) if kind == "trial" else build_candidate(backend, work)))
 
 
 class IsolatedRunner:
@@ -246,7 +250,6 @@ class InProcessRunner:
 
     def __exit__(self, *exc: object) -> None:
         pass
-
 
 
 class CompilePool:

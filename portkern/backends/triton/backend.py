@@ -25,11 +25,10 @@ Devices: with a CUDA (or ROCm) torch, buffers are device tensors, compile() runs
 once so Triton's JIT builds it for the real shapes (binary and the driver's register/spill count
 go into the Artifact), and time_once uses CUDA events behind a spin kernel (device time, launch
 cost excluded). Without one, kernels run in the Triton interpreter on CPU tensors (fp32/fp16: its
-bf16 tl.dot is wrong, so
-bf16 tasks are refused), and compile() cross-compiles for the target's arch (sm_90, sm_80,
-gfx942) so compiler errors and resource use are still real. load() executes the source again
-(Triton's JIT rebuilds or finds the same binary in its cache); the Artifact's binary is the
-evidence a pack keeps.
+bf16 tl.dot is wrong, so bf16 tasks are refused), and compile() cross-compiles for the target's
+arch (sm_90, sm_80, gfx942) so compiler errors and resource use are still real. load()
+executes the source again (Triton's JIT rebuilds or finds the same binary in its cache); the
+Artifact's binary is the evidence a pack keeps.
 
 variants(task) offers a variant of the task's kind (for elementwise, the kernel codegen.py
 generates for the task's expression) when its DEFAULT config, or one that differs from it in a

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from ...errors import UnsupportedOpError
 from ...executor import (OPS, _attr, _coerced_2d, _conv_geometry, _ints, _onnx_dtype, _opt, _pool_geometry,
-                         _reduce_axes, _stash_dtype)
+                         _reduce_axes, _stash_dtype, slice_arguments)
 from ...ir import Node
 from ...onnx_import import VALUE_SHAPED_INPUTS
 from ..base import ExecutorStretch, StretchPiece
@@ -212,15 +212,8 @@ def _slice(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Te
     """Bounds clamped as Python slicing clamps them (the INT64 sentinels included); torch has no
     negative step, so a reversed axis is gathered."""
     x = inputs[0]
-    if "starts" in node.attrs:  # before opset 10: attributes, unit steps
-        starts, ends = _ints(node.attrs["starts"]), _ints(node.attrs["ends"])
-        axes, steps = node.attrs.get("axes"), None
-    else:
-        starts, ends = _ints(inputs[1]), _ints(inputs[2])
-        axes, steps = _opt(inputs, 3), _opt(inputs, 4)
     out = x
-    for start, end, axis, step in zip(starts, ends, range(len(starts)) if axes is None else _ints(axes),
-                                      [1] * len(starts) if steps is None else _ints(steps)):
+    for start, end, axis, step in slice_arguments(node, inputs):
         axis %= x.ndim
         first, stop, step = slice(start, end, step).indices(x.shape[axis])
         if step > 0:
