@@ -120,3 +120,23 @@ def test_every_matrix_kind_has_variants() -> None:
     kinds = {v.kind for v in VARIANTS.values()}
     assert kinds == set(MATRIX_KINDS)
     assert sum(v.kind == "gemm" for v in VARIANTS.values()) >= 4
+
+
+@pytest.mark.parametrize("reduce", ["step", "end"])
+def test_gemv_reduces_over_k_either_way(reduce: str) -> None:
+    """Both places of the K reduction (each step, or once after the loop) give the same GEMV,
+    split or not, on a transposed weight whose K is no multiple of the tile."""
+    variant = VARIANTS["gemm_gemv"]
+    task = synthetic.gemm_task(3, 40, 300, "float16", trans_b=True, bias=True, activation="gelu")
+    for split_k in (1, 2):
+        config = {**variant.default, "BLOCK_N": 8, "BLOCK_K": 64, "SPLIT_K": split_k, "REDUCE": reduce}
+        assert _valid(variant, config, task)
+        run_gate(variant, config, task)
+
+
+def test_gemv_tensor_core_rows_refuse_the_lane_reduction() -> None:
+    variant = VARIANTS["gemm_gemv"]
+    task = synthetic.gemm_task(16, 64, 64, "float16", trans_b=True)
+    reason = BACKEND.check(Candidate.of(variant, {**variant.default, "REDUCE": "end"}), task)
+    assert reason is not None and "tensor cores" in reason
+    assert _valid(variant, {**variant.default, "REDUCE": "step", "SPLIT_K": 1}, task)

@@ -18,7 +18,8 @@ from typing import Any, Sequence
 
 import torch
 import triton
-from triton.backends.compiler import GPUTarget
+from triton._C.libtriton import native_specialize_impl
+from triton.backends.compiler import BaseBackend, GPUTarget
 from triton.compiler import ASTSource
 from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -86,7 +87,11 @@ def recorded_launches(candidate: Candidate, task: Task) -> list[Launch]:
 
 
 def ast_source(launch: Launch) -> ASTSource:
-    """The launch as Triton's compiler input: typed signature, constexprs, divisibility hints."""
+    """The launch as Triton's compiler input: typed signature, constexprs, divisibility hints.
+
+    Each argument is specialized by Triton's own JIT routine, so the binary is the one a GPU
+    would build: an integer equal to 1 (a unit stride) becomes a constant, which is what lets
+    the compiler see a contiguous axis and issue 16-byte loads."""
     signature: dict[str, str] = {}
     constexprs: dict[str, Any] = {}
     attrs: dict[tuple[int, ...], list[list[Any]]] = {}
@@ -99,28 +104,23 @@ def ast_source(launch: Launch) -> ASTSource:
             signature[param.name] = "constexpr"
             constexprs[param.name] = value
             continue
-        kind, divisible = _argument_type(value)
+        kind, key = _specialized(value, param)
         signature[param.name] = kind
-        if divisible:
+        if kind == "constexpr":
+            constexprs[param.name] = value
+        elif key == "D":
             attrs[(index,)] = [["tt.divisibility", _DIVISIBILITY]]
     return ASTSource(launch.kernel, signature, constexprs=constexprs, attrs=attrs)
 
 
-def _argument_type(value: Any) -> tuple[str, bool]:
-    if isinstance(value, TensorDescriptor):  # a TMA tile descriptor: typed by element and block shape
-        pointee, _ = _argument_type(value.base)
-        return f"tensordesc<{pointee[1:]}{list(value.block_shape)}>", False
-    if hasattr(value, "data_ptr") and hasattr(value, "dtype"):
-        if value.dtype not in _POINTEE:
-            raise CompileError(f"tensor of dtype {value.dtype} is not supported")
-        return "*" + _POINTEE[value.dtype], value.data_ptr() % _DIVISIBILITY == 0
-    if isinstance(value, bool):
-        return "i1", False
-    if isinstance(value, int):
-        return ("i32" if -2**31 <= value < 2**31 else "i64"), value % _DIVISIBILITY == 0
-    if isinstance(value, float):
-        return "fp32", False
-    raise CompileError(f"cannot pass a {type(value).__name__} to a kernel")
+def _specialized(value: Any, param: Any) -> tuple[str, Any]:
+    """(type, key) as the JIT specializes the argument: key 'D' marks 16-divisible values."""
+    if hasattr(value, "data_ptr") and hasattr(value, "dtype") and value.dtype not in _POINTEE:
+        raise CompileError(f"tensor of dtype {value.dtype} is not supported")
+    if not isinstance(value, (int, float, TensorDescriptor)) and not hasattr(value, "data_ptr"):
+        raise CompileError(f"cannot pass a {type(value).__name__} to a kernel")
+    return native_specialize_impl(BaseBackend, value, False, not param.do_not_specialize,
+                                  not param.do_not_specialize_on_alignment)
 
 
 def compile_launch(launch: Launch, target: GPUTarget) -> dict[str, Any]:

@@ -5,6 +5,11 @@ once; a program owns BLOCK_N columns and, with SPLIT_K > 1, one K chunk (partial
 summed in order by a second pass) so that narrow N still fills the machine. Below 16 rows the
 products are fp32 multiply-adds on CUDA cores (a tensor-core tile would be mostly padding); at 16
 rows tl.dot takes over. fp32 inputs use exact fp32 products either way.
+
+REDUCE says when the CUDA-core path sums over K: 'step' reduces each BLOCK_K slice as it arrives
+(a cross-thread reduction per step, since the threads of a warp lie along the contiguous K axis
+of a transposed weight); 'end' keeps one fp32 partial per product lane and reduces once after the
+loop, so the loop body is loads and multiply-adds only.
 """
 import math
 
@@ -16,10 +21,10 @@ import triton.language as tl
 
 KIND = "gemm"
 PRECISION = "fp32"
-SPACE = {"BLOCK_N": [16, 32, 64, 128, 256], "BLOCK_K": [16, 32, 64, 128, 256], "SPLIT_K": [1, 2, 4, 8, 16],
-         "num_warps": [1, 2, 4, 8], "num_stages": [1, 2, 3]}
+SPACE = {"BLOCK_N": [4, 8, 16, 32, 64, 128, 256], "BLOCK_K": [16, 32, 64, 128, 256, 512],
+         "SPLIT_K": [1, 2, 4, 8, 16], "REDUCE": ["step", "end"], "num_warps": [1, 2, 4, 8], "num_stages": [1, 2, 3]}
 # SPLIT_K 4: N/BLOCK_N programs alone (128 at N=8192) leave an H200's 132 SMs short of loads in flight
-DEFAULT = {"BLOCK_N": 64, "BLOCK_K": 64, "SPLIT_K": 4, "num_warps": 4, "num_stages": 2}
+DEFAULT = {"BLOCK_N": 64, "BLOCK_K": 64, "SPLIT_K": 4, "REDUCE": "end", "num_warps": 4, "num_stages": 2}
 MAX_ROWS = 16
 DOT_ROWS = 16  # from here a tensor-core tile is full
 PRODUCTS_PER_THREAD = 64  # fp32 products of the M_PAD x BLOCK_K x BLOCK_N block a thread holds
@@ -34,6 +39,8 @@ def constraints(task, config, target):
     if M > MAX_ROWS:
         return f"M={M} is not skinny (at most {MAX_ROWS} rows)"
     threads = config["num_warps"] * target.profile.warp_size
+    if _m_pad(M) >= DOT_ROWS and config["REDUCE"] != "step":
+        return f"M={M} runs on tensor cores (tl.dot reduces over K): REDUCE={config['REDUCE']!r} does not apply"
     if _m_pad(M) < DOT_ROWS and _m_pad(M) * config["BLOCK_N"] * config["BLOCK_K"] > PRODUCTS_PER_THREAD * threads:
         return f"a {_m_pad(M)}x{config['BLOCK_K']}x{config['BLOCK_N']} product block spills over {threads} threads"
     return _gemm_task_problem(task) or _split_problem(K, config["SPLIT_K"], config["BLOCK_K"])
@@ -52,8 +59,8 @@ def scratch(task, config):
 def _gemv(a_ptr, b_ptr, c_ptr, ws_ptr, bias_ptr, res_ptr, M, N, K, k_chunk, stride_am, stride_ak,
           stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn, M_PAD: tl.constexpr,
           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, USE_DOT: tl.constexpr,
-          ACTIVATION: tl.constexpr,
-          HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+          REDUCE_AT_END: tl.constexpr, ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr,
+          HAS_RESIDUAL: tl.constexpr):
     split = tl.program_id(1)
     rows = tl.arange(0, M_PAD)
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -61,6 +68,7 @@ def _gemv(a_ptr, b_ptr, c_ptr, ws_ptr, bias_ptr, res_ptr, M, N, K, k_chunk, stri
     k_lo = split * k_chunk
     k_hi = tl.minimum(k_lo + k_chunk, K)
     acc = tl.zeros((M_PAD, BLOCK_N), dtype=tl.float32)
+    lanes = tl.zeros((M_PAD, BLOCK_K, BLOCK_N), dtype=tl.float32)
     for k in range(k_lo, k_hi, BLOCK_K):
         k_ok = (k + ks) < k_hi
         a = tl.load(a_ptr + rows[:, None] * stride_am + (k + ks)[None, :] * stride_ak,
@@ -69,8 +77,12 @@ def _gemv(a_ptr, b_ptr, c_ptr, ws_ptr, bias_ptr, res_ptr, M, N, K, k_chunk, stri
                     mask=k_ok[:, None] & (cols[None, :] < N), other=0.0)
         if USE_DOT:
             acc = tl.dot(a, b, acc, input_precision="ieee")
+        elif REDUCE_AT_END:
+            lanes += a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :]
         else:
             acc += tl.sum(a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :], axis=1)
+    if REDUCE_AT_END:
+        acc = tl.sum(lanes, axis=1)
     if SPLIT:
         _store_partial(acc, ws_ptr, split, rows, cols, M, N)
     else:
@@ -86,7 +98,8 @@ def launch(task, config, inputs, outputs):
     _gemv[(triton.cdiv(p.N, bn), split_k)](
         inputs[0], inputs[1], outputs[0], workspace, p.bias, p.residual, p.M, p.N, p.K,
         _k_chunk(p.K, split_k, bk), *p.stride_a, *p.stride_b, *p.stride_c, *p.stride_r, M_PAD=m_pad,
-        BLOCK_N=bn, BLOCK_K=bk, SPLIT=split_k > 1, USE_DOT=m_pad >= DOT_ROWS, **p.epilogue, num_warps=config["num_warps"],
-        num_stages=config["num_stages"])
+        BLOCK_N=bn, BLOCK_K=bk, SPLIT=split_k > 1, USE_DOT=m_pad >= DOT_ROWS,
+        REDUCE_AT_END=m_pad < DOT_ROWS and config["REDUCE"] == "end", **p.epilogue,
+        num_warps=config["num_warps"], num_stages=config["num_stages"])
     if split_k > 1:
         _launch_reduce(p, workspace, outputs[0], split_k, m_pad, bn, config["num_warps"])
