@@ -178,6 +178,26 @@ def rel_l2(got: Any, want: np.ndarray) -> float:
 
 # --------------------------------------------------------------------------- one model
 
+def device_kernel_table(run: Run, runs: int = 3, top: int = 30) -> list[dict[str, Any]]:
+    """Where one run's device time goes: the profiler's kernels (CUDA graph replays included),
+    by total time, per run. What is left to win is in this table, not in the task list alone."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(runs):
+            run()
+        torch.cuda.synchronize()
+    rows = [{"kernel": event.key[:160], "calls_per_run": event.count / runs,
+             "device_us_per_run": event.device_time_total / runs}
+            for event in prof.key_averages() if event.device_time_total > 0]
+    rows.sort(key=lambda row: -row["device_us_per_run"])
+    total = sum(row["device_us_per_run"] for row in rows)
+    for row in rows[:top]:
+        print(f"    {row['device_us_per_run']:9.1f} us {100 * row['device_us_per_run'] / total:5.1f}%  "
+              f"x{row['calls_per_run']:<5g} {row['kernel'][:100]}", flush=True)
+    return rows[:top] + [{"kernel": "(all kernels)", "device_us_per_run": total}]
+
+
 def bench_model(model: ModelUnderTest, args: argparse.Namespace, device: torch.device, work: Path,
                 dtype: str) -> dict[str, Any]:
     pack_path = work / f"{model.name}.pkpack"
@@ -186,7 +206,8 @@ def bench_model(model: ModelUnderTest, args: argparse.Namespace, device: torch.d
                                             min_task_trials=1)
     report = portkern.tune(model.onnx_path, target=args.target, shapes=model.shapes, out=pack_path,
                            trials=args.trials, per_task_trials=args.per_task_trials,
-                           time_budget_s=args.time_budget, progress=say, **extra)
+                           time_budget_s=args.time_budget, compile_workers=args.compile_workers, progress=say,
+                           **extra)
     session = portkern.Session(model.onnx_path, pack_path)
     graph = session.graph
     feeds = random_feeds(graph, seed=3)
@@ -213,6 +234,7 @@ def bench_model(model: ModelUnderTest, args: argparse.Namespace, device: torch.d
         for name, run in runners.items():
             times[name] += timed_runs(run, args.repeats)
     seconds = {name: statistics.median(values) for name, values in times.items()}
+    kernels = device_kernel_table(runners["portkern"]) if torch.cuda.is_available() else []
 
     reference = ort.InferenceSession(str(model.onnx_path), providers=["CPUExecutionProvider"])
     want = dict(zip(graph.outputs, reference.run(graph.outputs, feeds)))
@@ -234,6 +256,7 @@ def bench_model(model: ModelUnderTest, args: argparse.Namespace, device: torch.d
             "cuda_graph": session.replays_cuda_graph, "cuda_graph_error": session.cuda_graph_error,
             "tune_end_to_end": report.end_to_end,
             "tasks_tuned": [outcome.to_dict() for outcome in report.outcomes],
+            "device_kernels_per_run": kernels,
         },
         "check": {"reference": "onnxruntime CPU on the same ONNX file and feeds", "tolerance_rel_l2": tolerance,
                   "portkern_rel_l2": portkern_errors,
@@ -256,6 +279,8 @@ def main() -> int:
     parser.add_argument("--time-budget", type=float, default=240.0, help="portkern's tuning budget per model, s")
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--per-task-trials", type=int, default=24)
+    parser.add_argument("--compile-workers", type=int, default=0,
+                        help="processes compiling candidates ahead of the measuring worker (portkern tune's flag)")
     parser.add_argument("--repeats", type=int, default=20, help="timed runs per runner per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default="gpu_models.json")
