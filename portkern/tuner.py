@@ -26,6 +26,7 @@ from .models import random_feeds
 from .onnx_import import load_model
 from .pack import Pack, PackEntry, write_pack
 from .partition import partition, summarize
+from .priors import Measured, load_priors, nearest_configs
 from .profile import TaskProfile, baseline_program, profile_tasks
 from .search.proposers import BuiltinProposer, Feedback, Proposer, RulesProposer
 from .search.records import Measurement, RecordLog, TrialRecord
@@ -56,6 +57,7 @@ class TuneOptions:
     isolate: bool = True  # build/verify/time in a worker process (required for generated code)
     trial_timeout_s: float = 300.0
     compile_workers: int = 0  # processes compiling candidates ahead of the measuring worker
+    priors: bool = True  # seed studies with the target's shipped priors (priors.py)
     max_tasks: int | None = None  # tune only the N tasks with most headroom
     seed: int = 0
     e2e_tolerance: float | None = None  # whole-model rel L2 vs onnxruntime; default by dtype
@@ -115,6 +117,7 @@ class TuneReport:
 
 Progress = Callable[[str], None]
 MAX_ROUNDS = 4  # proposer rounds per task: builtin first, then what rules / an LLM derive
+SEEDS_PER_TASK = 3  # nearest measured configurations enqueued ahead of each study's search
 E2E_NOISE = 0.03  # whole-model latency differences below this are noise
 
 
@@ -164,10 +167,12 @@ def _make_proposers(options: TuneOptions, work_dir: Path) -> list[Proposer]:
 
 
 class TaskCatalog:
-    """Every workload tuned in this work dir (task descriptions by key): seeds from nearest shapes."""
+    """Every workload tuned in this work dir (task descriptions by key) and the target's shipped
+    priors (priors.py): seeds from the nearest shapes."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, priors: Sequence[Measured] = ()) -> None:
         self.path = path
+        self.priors = list(priors)
         self.described: dict[str, dict[str, Any]] = {}
         if path.exists():
             for line in path.read_text().splitlines():
@@ -181,30 +186,24 @@ class TaskCatalog:
             with open(self.path, "a") as handle:
                 handle.write(json.dumps({"key": task.key, "task": task.describe()}, default=str) + "\n")
 
-    def nearest(self, task: Task, log: RecordLog, library: Mapping[str, Variant]) -> Candidate | None:
-        """Best config of the closest tuned shape of the same kind and dtype (log2 distance)."""
-        mine = task.describe()
+    def nearest(self, task: Task, log: RecordLog, library: Mapping[str, Variant],
+                count: int = SEEDS_PER_TASK) -> list[Candidate]:
+        """The best configs of the closest other shapes of the same kind and dtype (log2 distance),
+        tuned here or shipped as priors, that the library's variants still admit."""
         best_by_key: dict[str, TrialRecord] = {}
         for record in log:
-            if record.task_key != task.key and record.seconds is not None and record.variant in library:
+            if record.task_key != task.key and record.seconds is not None and record.task_key in self.described:
                 current = best_by_key.get(record.task_key)
                 if current is None or record.seconds < (current.seconds or float("inf")):
                     best_by_key[record.task_key] = record
-        scored = []
-        for key, record in best_by_key.items():
-            other = self.described.get(key)
-            if not other or other["kind"] != mine["kind"] or other["inputs"][0][1] != mine["inputs"][0][1]:
-                continue
-            if len(other["inputs"]) != len(mine["inputs"]):
-                continue
-            distance = sum(abs(np.log2(max(a, 1)) - np.log2(max(b, 1)))
-                           for (sa, _), (sb, _) in zip(other["inputs"], mine["inputs"]) if len(sa) == len(sb)
-                           for a, b in zip(sa, sb))
-            scored.append((distance, record))
-        if not scored:
-            return None
-        record = min(scored, key=lambda item: item[0])[1]
-        return Candidate.of(library[record.variant], record.config)
+        measured = [Measured(self.described[key], r.variant, r.config, r.seconds) for key, r in best_by_key.items()]
+
+        def admitted(item: Measured) -> bool:
+            variant = library.get(item.variant)
+            return variant is not None and set(item.config) == set(variant.space) and all(
+                item.config[name] in choices for name, choices in variant.space.items())
+        chosen = nearest_configs(task.describe(), filter(admitted, [*measured, *self.priors]), count)
+        return [Candidate.of(library[item.variant], item.config) for item in chosen]
 
 
 def _prepare_work_dir(options: TuneOptions, out: Path | None) -> Path:
@@ -240,7 +239,7 @@ def run_tune(model_path: Path, options: TuneOptions, out: Path | None,
     storage = options.storage or f"sqlite:///{(work_dir / 'study.db').resolve()}"
     log = RecordLog(work_dir / "records.jsonl")
     store = ArtifactStore(work_dir / "artifacts")
-    catalog = TaskCatalog(work_dir / "tasks.jsonl")
+    catalog = TaskCatalog(work_dir / "tasks.jsonl", load_priors(target.name) if options.priors else ())
     proposers = _make_proposers(options, work_dir)
     say(f"model {model_path.name}: {len(graph.nodes)} nodes, {len(tasks)} tasks; target {target.name} "
         f"({target.backend}{', simulated' if backend.simulated else ''}); proposers: "
@@ -321,7 +320,7 @@ def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, 
         if not new:
             break
         feedback.library.update({v.name: v for v in new})
-        seeds = [c for c in [catalog.nearest(task, log, feedback.library)] if c is not None]
+        seeds = catalog.nearest(task, log, feedback.library)
         if total.best is not None:
             seeds.append(Candidate.of(feedback.library[total.best.variant], total.best.config))
         # the first round spends most of the budget; later rounds search what proposers derived

@@ -32,6 +32,7 @@ from portkern.search.strategy import ArtifactStore, SearchOptions, search_worklo
 from portkern.search.worker import InProcessRunner
 from portkern.synthetic import attention_task, conv2d_task, gemm_task, layernorm_task, rmsnorm_task, softmax_task
 from portkern.tasks import Task
+from portkern.priors import load_priors
 from portkern.tuner import TaskCatalog
 from portkern.verify import GateOptions
 
@@ -46,8 +47,10 @@ def suites(smoke: bool) -> dict[str, list[tuple[str, Task]]]:
     memory = [("softmax 16384x4096", softmax_task(16384, 4096, "float16")),
               ("layernorm 16384x4096", layernorm_task(16384, 4096, "float16")),
               ("rmsnorm 16384x4096", rmsnorm_task(16384, 4096, "float16"))]
+    # decode-size linear layers (weight N x K): M 1/8/16/64 in fp16, M 1 in bf16
     gemv = [(f"gemv m{m} {n}x{k} {dt}", gemm_task(m, n, k, dt, trans_b=True))
-            for dt in ("float16", "bfloat16") for m in (1, 16) for n, k in ((4096, 4096), (11008, 4096), (4096, 11008))]
+            for dt, rows in (("float16", (1, 8, 16, 64)), ("bfloat16", (1,))) for m in rows
+            for n, k in ((4096, 4096), (11008, 4096), (4096, 11008))]
     gemm = [(f"gemm {m}x{n}x{k}", gemm_task(m, n, k, "float16", trans_b=True))
             for m, n, k in ((4096, 768, 768), (4096, 3072, 768), (4096, 768, 3072),
                             (4096, 4096, 4096), (4096, 11008, 4096), (3000, 1000, 777))]
@@ -85,6 +88,9 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile baselines")
     parser.add_argument("--filter", default="", help="only cases whose name contains this")
+    parser.add_argument("--priors", action="store_true",
+                        help="seed with the target's shipped priors too (a shape measured there is then not "
+                             "tuned from scratch: rows say which seeds they had)")
     parser.add_argument("--case-seconds", type=float, default=45.0, help="search time limit per case")
     parser.add_argument("--budget-seconds", type=float, default=480.0, help="start no case after this")
     args = parser.parse_args()
@@ -96,7 +102,8 @@ def main() -> int:
     runner = InProcessRunner(backend)
     measure = MeasureOptions(warmup=5, repeats=args.repeats if not args.smoke else 3, input_sets=3)
     gate = GateOptions(seeds=(11, 23))
-    catalog = TaskCatalog(work / "tasks.jsonl")  # seeds each case with the nearest tuned shape's best
+    # seeds each case with the nearest tuned shapes' best; the shipped priors only with --priors
+    catalog = TaskCatalog(work / "tasks.jsonl", load_priors(target.name) if args.priors else ())
     log = RecordLog(work / "records.jsonl")
     rows: list[dict[str, Any]] = []
     chosen = suites(args.smoke)
@@ -115,7 +122,7 @@ def main() -> int:
             catalog.add(task)
             result = search_workload(
                 task, variants, runner, storage=f"sqlite:///{work / 'study.db'}",
-                seeds=[nearest] if nearest else [], log=log, store=ArtifactStore(work / "artifacts"),
+                seeds=nearest, log=log, store=ArtifactStore(work / "artifacts"),
                 floor_seconds=floor, backend=backend.name, gate=gate, measure=measure,
                 options=SearchOptions(trials=args.trials, patience=max(8, args.trials // 2),
                                       deadline=time.time() + args.case_seconds))
@@ -124,7 +131,7 @@ def main() -> int:
             for record in result.records:
                 statuses[record.status] = statuses.get(record.status, 0) + 1
             row: dict[str, Any] = {"case": name, "suite": suite, "task": task.describe(), "flops": task.flops,
-                                   "seeded_from_nearest_shape": nearest.params if nearest else None,
+                                   "seeds_from_nearest_shapes": [[c.variant.name, c.params] for c in nearest],
                                    "min_bytes": task.min_bytes, "floor_seconds": floor, "tune_seconds": tune_s,
                                    "trials": result.measured, "statuses": statuses,
                                    "stop_reason": result.stop_reason, "variants": [v.name for v in variants],

@@ -1,8 +1,9 @@
 """Does a compile pool save the measuring worker's compile on a GPU?
 
-The pool's workers see no GPU, so they cross-compile (compile_only.compile_for) into Triton's
-on-disk cache; the measuring worker then launches the same kernel through Triton's JIT. That is a
-saving only if both build the same cache key. This probe builds some candidates through a real
+The pool's workers launch nothing: they build through Triton's JIT warm-up into its on-disk
+cache; the measuring worker then launches the same kernel through the JIT. That is a saving only
+if both build the same cache key (a cross-compile in a process that saw no GPU did not: measured
+2026-12-03, the first launch after it recompiled). This probe builds some candidates through a real
 CompilePool, then times the first launch in this (GPU) process of those candidates against
 candidates that no one compiled before: a cache hit loads in milliseconds, a miss compiles again.
 

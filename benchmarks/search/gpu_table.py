@@ -233,7 +233,7 @@ def main() -> int:
         case_started = time.time()
         case = time_shape(backend, shape, errors)
         table["cases"].append(case)
-        args.out.write_text(json.dumps(table, indent=1))
+        args.out.write_text(json.dumps(table, separators=(",", ":")))  # ~8k entries: compact
         best = case["best"]
         ok = sum(e["status"] == "ok" for e in case["entries"])
         print(f"{case['case']:22s} {ok:4d} ok / {len(case['entries'])} entries  cuBLAS "

@@ -111,9 +111,7 @@ def execute_trial(backend: Backend, job: TrialJob) -> tuple[TrialRecord, Artifac
     return finish("ok", "", artifact)
 
 
-def _serve(conn: Connection, target_name: str, backend_name: str, scratch: str, hide_devices: bool) -> None:
-    if hide_devices:  # read when CUDA/ROCm first initialises, which has not happened in this process
-        os.environ["CUDA_VISIBLE_DEVICES"] = os.environ["HIP_VISIBLE_DEVICES"] = ""
+def _serve(conn: Connection, target_name: str, backend_name: str, scratch: str, compile_only: bool) -> None:
     os.makedirs(scratch, exist_ok=True)
     os.chdir(scratch)
     try:
@@ -121,6 +119,7 @@ def _serve(conn: Connection, target_name: str, backend_name: str, scratch: str, 
     except Exception as exc:
         conn.send(("error", _first_line(exc)))
         return
+    backend.compile_launches = not compile_only
     conn.send(("ready", None))
     while True:
         try:
@@ -135,14 +134,14 @@ def _serve(conn: Connection, target_name: str, backend_name: str, scratch: str, 
 
 class IsolatedRunner:
     """A persistent worker process per backend, restarted after a crash or a timeout.
-    hide_devices: the process sees no GPU (a compile worker must not run kernels beside the one
-    being timed; a GPU backend there cross-compiles for the target's arch instead)."""
+    compile_only: the process builds and never launches (a compile worker must not run kernels
+    beside the one being timed: Backend.compile_launches is False there)."""
 
     START_TIMEOUT_S = 300.0
 
-    def __init__(self, target: Target, timeout_s: float, scratch: Path, hide_devices: bool = False) -> None:
+    def __init__(self, target: Target, timeout_s: float, scratch: Path, compile_only: bool = False) -> None:
         self.target = target
-        self.hide_devices = hide_devices
+        self.compile_only = compile_only
         self.timeout_s = timeout_s
         self.scratch = Path(scratch)
         self._ctx = mp.get_context("spawn")
@@ -153,7 +152,7 @@ class IsolatedRunner:
     def _start(self) -> None:
         parent, child = self._ctx.Pipe()
         self._process = self._ctx.Process(
-            target=_serve, args=(child, self.target.name, self.target.backend, str(self.scratch), self.hide_devices),
+            target=_serve, args=(child, self.target.name, self.target.backend, str(self.scratch), self.compile_only),
             daemon=True)
         self._process.start()
         child.close()
@@ -255,13 +254,14 @@ class InProcessRunner:
 class CompilePool:
     """Worker processes that check and compile candidates ahead of the one that verifies and
     times them, so compiling (CPU-bound: Triton and ptxas, TVM and LLVM) overlaps measuring and
-    several candidates compile at once. Each is an IsolatedRunner that sees no GPU, so nothing
-    runs on the device beside the kernel being timed (a Triton candidate is cross-compiled there
-    and JIT-loaded by the measuring worker). A compile that crashes or runs past the time limit
-    fails its trial and only its own worker is restarted."""
+    several candidates compile at once. Each is a compile-only IsolatedRunner: it launches
+    nothing, so nothing runs on the device beside the kernel being timed (a Triton candidate is
+    built by the JIT's warm-up into the on-disk cache, where the measuring worker's JIT finds the
+    same binary; a cross-compile would not share its cache key). A compile that crashes or runs
+    past the time limit fails its trial and only its own worker is restarted."""
 
     def __init__(self, target: Target, workers: int, timeout_s: float, scratch: Path) -> None:
-        self.workers = [IsolatedRunner(target, timeout_s, Path(scratch) / f"compile-{i}", hide_devices=True)
+        self.workers = [IsolatedRunner(target, timeout_s, Path(scratch) / f"compile-{i}", compile_only=True)
                         for i in range(workers)]
         self._idle = list(range(workers))
 

@@ -172,14 +172,20 @@ class TritonBackend(Backend):
                         binary_name="kernels.zip", meta=meta)
 
     def _jit_compile(self, candidate: Candidate, task: Task) -> list[dict[str, Any]]:
-        """Run the candidate once on random data so Triton's JIT builds it for the real shapes."""
+        """Triton's JIT builds the candidate for the real shapes: by running it once on random
+        data, or, where compiling may not launch (compile_launches False), by its warm-up on
+        unwritten buffers, which compiles into the on-disk cache the measuring process reads."""
         module = kernel_module(candidate.variant, interpret=False)
         config = candidate.params
-        inputs = [self._random(spec) for spec in task.inputs]
-        outputs = [self.empty(spec, 0.0) for spec in [*task.outputs, *scratch_specs(module, task, config)]]
+        specs = [*task.inputs, *task.outputs, *scratch_specs(module, task, config)]
+        if self.compile_launches:
+            buffers = [self._random(spec) for spec in task.inputs] + [self.empty(spec, 0.0) for spec in specs[len(task.inputs):]]
+        else:  # torch.empty allocates without a kernel
+            buffers = [torch.empty(spec.shape, dtype=torch_dtype(spec.dtype), device=self.device) for spec in specs]
+        inputs, outputs = buffers[:len(task.inputs)], buffers[len(task.inputs):]
         try:
             launches = record_launches(module, lambda: module.launch(task, config, inputs, outputs),
-                                       forward=True)
+                                       mode="run" if self.compile_launches else "build")
             self.synchronize()
         except Exception as exc:
             raise CompileError(compiler_message(exc)) from None

@@ -78,7 +78,7 @@ def recorded_launches(candidate: Candidate, task: Task) -> list[Launch]:
     inputs = meta_buffers(task.inputs)
     outputs = meta_buffers(task.outputs) + meta_buffers(scratch_specs(module, task, config))
     try:
-        launches = record_launches(module, lambda: module.launch(task, config, inputs, outputs), forward=False)
+        launches = record_launches(module, lambda: module.launch(task, config, inputs, outputs), mode="record")
     except Exception as exc:
         raise CompileError(f"launch() failed before any kernel ran: {type(exc).__name__}: {exc}") from None
     if not launches:

@@ -212,20 +212,23 @@ def _is_kernel(value: Any) -> bool:
     return isinstance(value, (JITFunction, InterpretedFunction))
 
 
-def record_launches(module: types.ModuleType, run: Callable[[], None], forward: bool) -> list[Launch]:
+def record_launches(module: types.ModuleType, run: Callable[[], None], mode: str) -> list[Launch]:
     """Call `run` (which calls module.launch) and record each launch of the module's @triton.jit kernels.
 
     `kernel[grid](...)` calls `kernel.run(..., grid=, warmup=)`; an instance attribute shadows that
     method for the duration, so the module's globals stay untouched (the GPU JIT hashes the globals
     a kernel body reads, helper @jit functions among them, and the compiler resolves them there).
-    With forward=True the launches also really happen (Triton's JIT compiles and runs them);
-    otherwise nothing runs, so meta tensors (shapes and strides, no memory) are enough.
+    mode 'record': nothing is built or run, so meta tensors (shapes and strides, no memory) are
+    enough; 'build': Triton's JIT compiles each launch for the device (into its on-disk cache) and
+    launches nothing; 'run': the launches really happen.
     """
+    if mode not in ("record", "build", "run"):
+        raise ValueError(f"mode {mode!r} is not record, build or run")
     kernels = [value for value in vars(module).values() if _is_kernel(value)]
     launches: list[Launch] = []
     with _MODE_LOCK:
         for kernel in kernels:
-            kernel.run = _recording_run(kernel, launches, forward)
+            kernel.run = _recording_run(kernel, launches, mode)
         try:
             run()
         finally:
@@ -234,14 +237,14 @@ def record_launches(module: types.ModuleType, run: Callable[[], None], forward: 
     return launches
 
 
-def _recording_run(kernel: Any, launches: list[Launch], forward: bool) -> Callable[..., Any]:
+def _recording_run(kernel: Any, launches: list[Launch], mode: str) -> Callable[..., Any]:
     original = type(kernel).run.__get__(kernel)
 
     def run(*args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
         launch = Launch(kernel, (), args, kwargs)
         launch.grid = _grid_tuple(grid(launch.bound()) if callable(grid) else grid)
-        if forward:
-            launch.compiled = original(*args, grid=grid, warmup=warmup, **kwargs)
+        if mode != "record":  # Triton's warm-up compiles (and caches) without launching
+            launch.compiled = original(*args, grid=grid, warmup=warmup or mode == "build", **kwargs)
         launches.append(launch)
         return launch.compiled
     return run

@@ -14,6 +14,17 @@ def _tanh(x):
 
 
 @triton.jit
+def _erf(x):
+    # Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7, 5e-7 in fp32): one exp and one division
+    # where libdevice's erf takes twice the instructions and registers, which in a GEMM
+    # epilogue run after the main loop (measured on an H200: +48 us on a 34 us GEMM, spilling)
+    t = 1.0 / (1.0 + 0.3275911 * tl.abs(x))
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    magnitude = 1.0 - poly * tl.exp(-x * x)
+    return tl.where(x >= 0, magnitude, -magnitude)
+
+
+@triton.jit
 def _activate(x, ACTIVATION: tl.constexpr):
     """The activations partition.py recognises, on an fp32 tile."""
     if ACTIVATION == "relu":
@@ -21,7 +32,7 @@ def _activate(x, ACTIVATION: tl.constexpr):
     elif ACTIVATION == "relu6":
         x = tl.minimum(tl.maximum(x, 0.0), 6.0)
     elif ACTIVATION == "gelu":
-        x = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
+        x = 0.5 * x * (1.0 + _erf(x * 0.7071067811865476))
     elif ACTIVATION == "gelu_tanh":
         x = 0.5 * x * (1.0 + _tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
     elif ACTIVATION == "silu":

@@ -1,0 +1,121 @@
+"""Priors: configurations measured best on a target for other shapes, shipped with its hwprofile.
+
+A search of a few trials over thousands of GEMM configurations rarely finds the best one on its
+own (measured on an H200, 2026-12-03: the exhaustive grid beat the search's 16-trial pick on every
+BERT/LLaMA shape). What won on nearby shapes of the same kind on the same chip is the best first
+guess, as TVM's tophub logs and Inductor's config lists are. A prior only seeds a study: the
+candidate is verified and measured like any other, and it is skipped where the variant's source
+or space no longer admits it.
+
+Files: portkern/hwprofiles/priors/<target>.jsonl, one measured configuration per line:
+    {"task": Task.describe(), "variant": name, "config": {...}, "seconds": float, "evidence": path}
+made from a measured table (benchmarks/search/gpu_table.py) by
+
+    python -m portkern.priors --table benchmarks/results/h200-gemm-table-2026-12-03.json --top 3 \
+        --out portkern/hwprofiles/priors/h200.jsonl
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from .synthetic import gemm_task
+
+PRIORS_DIR = Path(__file__).parent / "hwprofiles" / "priors"
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A configuration measured on a task: a tune's record or a shipped prior."""
+
+    task: dict[str, Any]  # Task.describe()
+    variant: str
+    config: dict[str, Any]
+    seconds: float
+    evidence: str = ""
+
+
+def load_priors(target: str, folder: Path = PRIORS_DIR) -> list[Measured]:
+    path = folder / f"{target}.jsonl"
+    if not path.exists():
+        return []
+    return [Measured(**json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+
+
+def problem_dims(described: dict[str, Any]) -> tuple[int, ...] | None:
+    """The sizes that decide a kernel's best tiling: (M, N, K) for a GEMM whatever its layout and
+    epilogue; the input shapes for other kinds."""
+    inputs = [shape for shape, _ in described["inputs"]]
+    if described["kind"] == "gemm":
+        a, out = inputs[0], described["outputs"][0][0]
+        return math.prod(a[:-1]), out[-1], a[-1]
+    return tuple(size for shape in inputs for size in shape)
+
+
+def shape_distance(a: dict[str, Any], b: dict[str, Any]) -> float | None:
+    """log2 distance between two tasks of the same kind and dtype; None if not comparable."""
+    if a["kind"] != b["kind"] or a["inputs"][0][1] != b["inputs"][0][1]:
+        return None
+    dims_a, dims_b = problem_dims(a), problem_dims(b)
+    if dims_a is None or dims_b is None or len(dims_a) != len(dims_b):
+        return None
+    return sum(abs(math.log2(max(x, 1)) - math.log2(max(y, 1))) for x, y in zip(dims_a, dims_b))
+
+
+def nearest_configs(task: dict[str, Any], measured: Iterable[Measured], count: int) -> list[Measured]:
+    """Up to `count` distinct (variant, config) pairs, closest shape first, faster first."""
+    scored = []
+    for item in measured:
+        distance = shape_distance(item.task, task)
+        if distance is not None:
+            scored.append((distance, item.seconds, item))
+    chosen: list[Measured] = []
+    seen: set[str] = set()
+    for _, _, item in sorted(scored, key=lambda entry: entry[:2]):
+        key = json.dumps([item.variant, item.config], sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            chosen.append(item)
+        if len(chosen) == count:
+            break
+    return chosen
+
+
+def priors_from_table(table: dict[str, Any], top: int, evidence: str) -> list[Measured]:
+    """The `top` fastest ok entries of each complete case of a measured table."""
+    found = []
+    for case in table["cases"]:
+        if not case.get("complete"):
+            continue
+        spec = case["task"]
+        task = gemm_task(spec["m"], spec["n"], spec["k"], spec["dtype"], trans_b=spec["trans_b"],
+                         bias=spec["bias"], activation=spec["activation"], residual=spec["residual"])
+        timed = sorted((e for e in case["entries"] if e["status"] == "ok" and e["seconds"]),
+                       key=lambda e: e["seconds"])
+        found += [Measured(task.describe(), e["variant"], e["config"], e["seconds"], evidence) for e in timed[:top]]
+    return found
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Build a target's priors file from a measured table.")
+    parser.add_argument("--table", type=Path, required=True, action="append")
+    parser.add_argument("--top", type=int, default=3, help="fastest configurations kept per shape")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    lines = []
+    for path in args.table:
+        for item in priors_from_table(json.loads(path.read_text()), args.top, str(path)):
+            lines.append(json.dumps(item.__dict__, sort_keys=True, default=str))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {len(lines)} priors to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""Priors: measured configurations seed studies of nearby shapes (portkern/priors.py)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from portkern.backends import get_backend
+from portkern.backends.base import Candidate
+from portkern.hwprofile import load_target
+from portkern.priors import Measured, load_priors, nearest_configs, priors_from_table, shape_distance
+from portkern.search.records import RecordLog
+from portkern.synthetic import gemm_task, layernorm_task
+from portkern.tuner import TaskCatalog
+
+TRITON = get_backend(load_target("h200"))
+
+
+def test_gemm_distance_is_over_m_n_k_whatever_the_layout_and_epilogue() -> None:
+    table_shape = gemm_task(4096, 3072, 768, "float16", trans_b=True).describe()
+    model_shape = gemm_task(4096, 3072, 768, "float16", bias=True, activation="gelu").describe()
+    assert shape_distance(table_shape, model_shape) == 0.0
+    assert shape_distance(table_shape, gemm_task(2048, 3072, 768, "float16").describe()) == 1.0
+    assert shape_distance(table_shape, gemm_task(4096, 3072, 768, "float32").describe()) is None
+    assert shape_distance(table_shape, layernorm_task(4096, 768, "float16").describe()) is None
+
+
+def test_nearest_configs_are_distinct_closest_first_then_fastest() -> None:
+    near, far = gemm_task(512, 768, 768, "float16").describe(), gemm_task(8, 64, 64, "float16").describe()
+    measured = [Measured(far, "v", {"a": 1}, 1e-6), Measured(near, "v", {"a": 2}, 2e-5),
+                Measured(near, "v", {"a": 3}, 1e-5), Measured(near, "v", {"a": 3}, 1e-5)]
+    chosen = nearest_configs(gemm_task(500, 768, 768, "float16").describe(), measured, 3)
+    assert [m.config["a"] for m in chosen] == [3, 2, 1]
+
+
+def test_catalog_seeds_only_configs_the_variants_still_admit(tmp_path: Path) -> None:
+    task = gemm_task(1000, 768, 768, "float16", bias=True)
+    library = {v.name: v for v in TRITON.variants(task)}
+    tma = library["gemm_tma"]
+    good = {**tma.default, "BLOCK_M": 64}
+    stale = {**tma.default, "BLOCK_M": 96}  # not in SPACE (any more)
+    shape = gemm_task(1024, 768, 768, "float16", trans_b=True).describe()
+    priors = [Measured(shape, "gemm_tma", stale, 1e-6), Measured(shape, "gemm_tma", good, 2e-6),
+              Measured(shape, "no_such_variant", good, 1e-7)]
+    catalog = TaskCatalog(tmp_path / "tasks.jsonl", priors)
+    seeds = catalog.nearest(task, RecordLog(tmp_path / "records.jsonl"), library)
+    assert seeds == [Candidate.of(tma, good)]
+    assert TaskCatalog(tmp_path / "none.jsonl").nearest(task, RecordLog(tmp_path / "r2.jsonl"), library) == []
+
+
+def test_priors_from_a_table_keep_the_fastest_ok_entries_of_complete_cases() -> None:
+    def case(m: int, complete: bool) -> dict:
+        entries = [{"variant": "gemm_tma", "config": {"BLOCK_M": b}, "seconds": s, "status": st}
+                   for b, s, st in ((64, 3e-6, "ok"), (128, 1e-6, "ok"), (256, 5e-7, "rejected"), (32, None, "invalid"))]
+        return {"task": {"kind": "gemm", "m": m, "n": 64, "k": 64, "dtype": "float16", "trans_b": True,
+                         "bias": False, "activation": "none", "residual": False},
+                "entries": entries, "complete": complete}
+    found = priors_from_table({"cases": [case(256, True), case(512, False)]}, top=2, evidence="t.json")
+    assert [(m.task["inputs"][0][0][0], m.config["BLOCK_M"]) for m in found] == [(256, 128), (256, 64)]
+    assert all(m.evidence == "t.json" for m in found)
+
+
+def test_shipped_h200_priors_are_admitted_by_the_current_library() -> None:
+    priors = load_priors("h200")
+    assert len(priors) >= 10
+    root = Path(__file__).parents[1]
+    for evidence in {prior.evidence for prior in priors}:  # each names the measured table it came from
+        assert json.loads((root / evidence).read_text())["target"] == "h200"
+    for prior in priors:
+        spec = prior.task
+        (m, k), (n, _) = spec["inputs"][0][0], spec["inputs"][1][0]
+        task = gemm_task(m, n, k, "float16", trans_b=True)
+        library = {v.name: v for v in TRITON.variants(task)}
+        assert prior.variant in library, prior
+        assert TRITON.check(Candidate.of(library[prior.variant], prior.config), task) is None, prior
