@@ -198,8 +198,19 @@ def device_kernel_table(run: Run, runs: int = 3, top: int = 30) -> list[dict[str
     return rows[:top] + [{"kernel": "(all kernels)", "device_us_per_run": total}]
 
 
+def warm_up(name: str, run: Run, runs: int = 3) -> None:
+    """A runner's first runs (compiles, captures CUDA graphs), its device work waited for, so a
+    fault is pinned on the runner that caused it, not on whichever runs next."""
+    try:
+        for _ in range(runs):
+            run()
+        synchronize()
+    except Exception as exc:
+        raise RuntimeError(f"{name} failed while warming up: {type(exc).__name__}: {exc}") from exc
+
+
 def bench_model(model: ModelUnderTest, args: argparse.Namespace, device: torch.device, work: Path,
-                dtype: str) -> dict[str, Any]:
+                dtype: str, save: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     pack_path = work / f"{model.name}.pkpack"
     say = (lambda line: print(f"  [{model.name}] {line}", flush=True))
     extra = {} if not args.smoke else dict(measure=MeasureOptions(warmup=1, repeats=3, input_sets=2),
@@ -214,6 +225,14 @@ def bench_model(model: ModelUnderTest, args: argparse.Namespace, device: torch.d
     runners: dict[str, Run] = {"portkern": lambda: session.run(feeds)}
     runners["torch_eager"] = torch_run(model.module, feeds, graph.inputs, device)
     runners.update({name: torch_run(module, feeds, graph.inputs, device) for name, module in model.extra_eager.items()})
+    for name, run in runners.items():
+        warm_up(name, run)
+    # the same comparison before any torch.compile shares the process: kept if a later runner fails
+    before_compile = {name: statistics.median(timed_runs(run, args.repeats)) for name, run in runners.items()}
+    say("before torch.compile: " + "  ".join(f"{name} {t * 1e3:.3f} ms" for name, t in before_compile.items()))
+    save({"model": model.name, "partial": "torch.compile runners not timed yet",
+          "seconds_before_torch_compile": before_compile, "tune_wall_seconds": report.wall_seconds,
+          "tasks_tuned": [outcome.to_dict() for outcome in report.outcomes]})
     compile_seconds: dict[str, float] = {}
     errors: dict[str, str] = {}
     for mode in args.compile_modes:
@@ -226,13 +245,14 @@ def bench_model(model: ModelUnderTest, args: argparse.Namespace, device: torch.d
             errors[name] = f"{type(exc).__name__}: {exc}"[:500]
             continue
         runners[name] = run
+        warm_up(name, run)
     times: dict[str, list[float]] = {name: [] for name in runners}
-    for name, run in runners.items():  # warm-up: compiles kernels, captures the Session's CUDA graph
-        for _ in range(3):
-            run()
     for _ in range(args.rounds):
         for name, run in runners.items():
-            times[name] += timed_runs(run, args.repeats)
+            try:
+                times[name] += timed_runs(run, args.repeats)
+            except Exception as exc:
+                raise RuntimeError(f"{name} failed while timed: {type(exc).__name__}: {exc}") from exc
     seconds = {name: statistics.median(values) for name, values in times.items()}
     kernels = device_kernel_table(runners["portkern"]) if torch.cuda.is_available() else []
 
@@ -245,7 +265,7 @@ def bench_model(model: ModelUnderTest, args: argparse.Namespace, device: torch.d
     row = {
         "model": model.name, "description": model.description,
         "shapes": {k: list(v) for k, v in model.shapes.items()},
-        "seconds": seconds, "times": times,
+        "seconds": seconds, "times": times, "seconds_before_torch_compile": before_compile,
         "speedup_of_portkern": {name: t / seconds["portkern"] for name, t in seconds.items() if name != "portkern"},
         "compile_wall_seconds": compile_seconds, "errors": errors,
         "portkern": {
@@ -332,7 +352,10 @@ def main() -> int:
             folder = Path(scratch) / name
             folder.mkdir()
             print(f"{name}: exporting ...", flush=True)
-            document["rows"].append(bench_model(builders[name](folder), args, device, folder, dtype))
+            def save(row: dict[str, Any]) -> None:
+                Path(args.out).write_text(json.dumps({**document, "rows": [*document["rows"], row]},
+                                                     indent=1, default=str))
+            document["rows"].append(bench_model(builders[name](folder), args, device, folder, dtype, save))
             Path(args.out).write_text(json.dumps(document, indent=1, default=str))
     failed = [row["model"] for row in document["rows"] if not row["check"]["passed"]]
     if failed:

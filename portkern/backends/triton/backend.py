@@ -186,6 +186,8 @@ class TritonBackend(Backend):
         try:
             launches = record_launches(module, lambda: module.launch(task, config, inputs, outputs),
                                        mode="run" if self.compile_launches else "build")
+            for launch in launches:  # a warm-up leaves the binary unloaded: load it (checks the
+                launch.compiled._init_handles()  # shared memory and threads, reads registers), no launch
             self.synchronize()
         except Exception as exc:
             raise CompileError(compiler_message(exc)) from None
