@@ -7,19 +7,21 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import types
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import onnx
 import pytest
+import torch
 from onnx import TensorProto, helper, numpy_helper
 
 import portkern
 from portkern.backends import get_backend
 from portkern.backends.base import Candidate, CompileError, Variant
 from portkern.backends.kernel_module import read_header
-from portkern.backends.npu import NpuBackend
+from portkern.backends.npu import NpuBackend, NpuProgram
 from portkern.backends.npu.simulator import Chip, Schedule, ScheduleError, roofline_seconds, simulate, violations
 from portkern.hwprofile import load_target
 from portkern.search.records import RecordLog
@@ -256,6 +258,29 @@ def test_forbidden_source_is_rejected(npu: NpuBackend) -> None:
 
 
 # --- the backend's identity and clock ----------------------------------------------------------------
+
+def test_workspace_is_fresh_and_poisoned_every_run(npu: NpuBackend) -> None:
+    """Scratch a kernel declares comes new and NaN each run: a partial sum an earlier run left there
+    must not be what a later run reads."""
+    task = gemm_task(4096, 768, 3072, "float16", bias=True)
+    candidate = _candidate(npu, task, BLOCK_N=256, L1_PANEL="b", L1_STEPS=4, K_SPLIT=8)
+    program = npu.load(npu.compile(candidate, task), task)
+    assert isinstance(program, NpuProgram)
+    # 192 tiles of 64x256 over 24 programs, each run 8 tiles of one column: 8 slots per program
+    declared = program.module.workspace(task, candidate.params)
+    assert declared == 24 * 8 * 64 * 256
+    seen: list[tuple[int, bool]] = []
+
+    def launch(task: Task, config: dict[str, Any], inputs: list[Any], outputs: list[Any], workspace: Any) -> None:
+        seen.append((workspace.numel(), bool(torch.isnan(workspace).all())))
+        workspace.zero_()  # what a stale partial sum would leave behind
+
+    spy = NpuProgram(types.SimpleNamespace(workspace=program.module.workspace, launch=launch), task,
+                     candidate.params, program.estimate)
+    spy([], [])
+    spy([], [])
+    assert seen == [(declared, True), (declared, True)]
+
 
 def test_fingerprint_and_modeled_time_come_from_the_cost_model(npu: NpuBackend) -> None:
     assert npu.simulated
