@@ -2,7 +2,8 @@
 CPU interpreter, timed by a cost model instead of a clock.
 
 A variant is a kernel module (kernel_module.py's contract) plus `schedule(task, config, target)`,
-the data movement one program's tile loop declares; `check` rejects a configuration the chip
+the data movement one program's tile loop declares, and optionally `workspace(task, config)`, the
+fp32 GM scratch it needs (passed to `launch` as a fifth argument); `check` rejects a configuration the chip
 cannot hold (grid over the core count, tiles over UB/L1/L0, unaligned tail axes) before anything
 runs, and `load` attaches the modeled time that the search uses in place of a measurement.
 """
@@ -42,8 +43,13 @@ class NpuProgram:
     estimate: Estimate
 
     def __call__(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        # a module that declares workspace() gets its GM scratch fresh and NaN-poisoned every run, so
+        # a kernel that reads a partial sum it did not write this run fails the gate
+        declared = getattr(self.module, "workspace", None)
+        scratch = [] if declared is None else [
+            torch.full((int(declared(self.task, self.config)),), float("nan"), dtype=torch.float32)]
         with interpreted_language():
-            self.module.launch(self.task, self.config, list(inputs), list(outputs))
+            self.module.launch(self.task, self.config, list(inputs), list(outputs), *scratch)
 
 
 class NpuBackend(Backend):

@@ -11,14 +11,33 @@ their A rows and the A panel (BLOCK_M rows x all of K) is loaded once per row of
 along M and keeps the B panel (all of K x BLOCK_N). The first panel is loaded before the first
 tile (charged as setup, not overlapped); a run that crosses into another row (column) prefetches
 the next panel behind the current one, so it holds two.
+
+A full-K panel of a K = 3072 GEMM does not fit L1 at a width that pays, and L0C caps the tile at
+128x256, whose two streamed operands outrun one core's MTE2. K_SPLIT (variants that declare it;
+conv2d keeps one slice) cuts K into slices of whole L1 loads: the run's tiles that share a panel
+take the K slices in turn, only that slice of the panel stays in L1, and each tile's partial sum
+leaves L0C per slice through FIXPIPE, accumulated into an fp32 GM workspace. The vector cores then
+finish every tile once (cast, activation, residual), EPILOGUE_ROWS rows of it per UB chunk, so UB
+holds a chunk and not the whole tile.
 """
 ITEMSIZE = {"float16": 2, "float32": 4}
 ACTIVATION_VECTOR_OPS = {"none": 0, "relu": 1, "relu6": 2, "sigmoid": 4, "tanh": 5, "silu": 5, "gelu": 8,
                          "gelu_tanh": 10}
+EPILOGUE_ROWS_UNUSED = 64  # what a kernel without a vector epilogue keeps (one value: no duplicate configs)
 
 
-def _uses_vector(task):
-    return task.attr("activation", "none") != "none" or bool(task.attr("residual", False))
+def _k_slices(task, config):
+    """(depth, slices): K cut into K_SPLIT slices of whole L1 loads (BLOCK_K x L1_STEPS deep)."""
+    _, _, k, _ = _problem(task)
+    load = config["BLOCK_K"] * config["L1_STEPS"]
+    depth = triton.cdiv(triton.cdiv(k, config.get("K_SPLIT", 1)), load) * load
+    return depth, triton.cdiv(k, depth)
+
+
+def _uses_vector(task, config):
+    """A vector epilogue: an activation, a residual, or the final cast of partial sums in GM."""
+    return (task.attr("activation", "none") != "none" or bool(task.attr("residual", False))
+            or _k_slices(task, config)[1] > 1)
 
 
 def _fractal(extent):
@@ -33,14 +52,30 @@ def _tile_grid(task, config):
     return tiles_m, tiles_n, groups, min(config["PROGRAMS"], groups * tiles_m * tiles_n)
 
 
-def _runs(task, config):
-    """(longest run, most panels one run loads): the busiest program's tiles and panel loads."""
+def _segments(task, config):
+    """Per program, the tiles of each line (row, or column with L1_PANEL b) its run crosses: the
+    tiles that share one panel."""
     tiles_m, tiles_n, groups, programs = _tile_grid(task, config)
     total = groups * tiles_m * tiles_n
-    line = tiles_m if config["L1_PANEL"] == "b" else tiles_n  # tiles that share one panel
+    line = tiles_m if config["L1_PANEL"] == "b" else tiles_n
     bounds = [(p * total // programs, (p + 1) * total // programs) for p in range(programs)]
-    return (max(last - first for first, last in bounds),
-            max((last - 1) // line - first // line + 1 for first, last in bounds))
+    return [[min(last, (j + 1) * line) - max(first, j * line) for j in range(first // line, (last - 1) // line + 1)]
+            for first, last in bounds]
+
+
+def _runs(task, config):
+    """(longest run, most panels one run loads): the busiest program's tiles and panel loads."""
+    segments = _segments(task, config)
+    return max(sum(s) for s in segments), max(len(s) for s in segments)
+
+
+def _workspace_slots(task, config):
+    """Tiles of GM workspace one program's accumulator crosses to the vector cores through: none
+    without a vector epilogue, one, or with K split every tile of its longest segment (their sums
+    build up there)."""
+    if not _uses_vector(task, config):
+        return 0
+    return 1 if _k_slices(task, config)[1] == 1 else max(max(s) for s in _segments(task, config))
 
 
 def constraints(task, config, target):
@@ -53,6 +88,22 @@ def constraints(task, config, target):
         if panels >= run:
             return (f"L1_PANEL {config['L1_PANEL']}: no two consecutive tiles of a program's run share "
                     f"the panel ({run} tile(s), {panels} panel(s)), so holding it in L1 saves nothing")
+    split = config.get("K_SPLIT", 1)
+    if split > 1:
+        if config["L1_PANEL"] == "none":
+            return (f"K_SPLIT {split} without an L1 panel: every tile streams both operands anyway, so the "
+                    "split only adds partial-sum traffic")
+        load = config["BLOCK_K"] * config["L1_STEPS"]
+        slices = _k_slices(task, config)[1]
+        if slices < split:
+            return (f"K_SPLIT {split}: K = {_problem(task)[2]} makes only {slices} slice(s) of whole "
+                    f"L1 loads ({load} deep)")
+    rows = config.get("EPILOGUE_ROWS")
+    if rows is not None and rows > config["BLOCK_M"]:
+        return f"EPILOGUE_ROWS {rows} exceeds BLOCK_M {config['BLOCK_M']}: a UB chunk is part of the tile's rows"
+    if rows is not None and not _uses_vector(task, config) and rows != EPILOGUE_ROWS_UNUSED:
+        return (f"EPILOGUE_ROWS {rows}: this GEMM has no vector epilogue (its accumulator goes from L0C "
+                f"to the output), so the knob stays at {EPILOGUE_ROWS_UNUSED}")
     return None
 
 
@@ -73,6 +124,8 @@ def _cube_schedule(task, config, a_dmas, gm_alignment, ub_lanes):
     bm, bn, bk, k_all = min(tile_m, _fractal(m)), min(tile_n, _fractal(n)), min(tile_k, _fractal(k)), _fractal(k)
     k_steps = triton.cdiv(k, tile_k)
     trips = run * k_steps
+    depth, slices = _k_slices(task, config)
+    vector = _uses_vector(task, config)
     slices_per_trip = triton.cdiv(k_steps, l1_steps) / k_steps  # GM->L1 loads of the streamed operands
     has_bias, has_residual = bool(task.attr("bias", False)), bool(task.attr("residual", False))
     # bytes moved per trip and DMA instructions per L1 slice, of A and of B
@@ -85,13 +138,16 @@ def _cube_schedule(task, config, a_dmas, gm_alignment, ub_lanes):
     live_l1 = buffers * l1_steps * sum(allocated[o] for o in streamed) + (tile_n * size if has_bias else 0)
     setup, setup_transfers = {}, {}
     if resident != "none":
-        panel_bytes = (bm if resident == "a" else bn) * k_all * size
-        panel_dmas = a_dmas(k_all) if resident == "a" else 1
-        setup, setup_transfers = {"gm_to_l1": panel_bytes}, {"gm_to_l1": panel_dmas}
-        # the run's further panels stream in behind the current one, spread over its trips
-        per_tile["gm_to_l1"] += (panels - 1) * panel_bytes / trips
-        transfers["gm_to_l1"] += (panels - 1) * panel_dmas / trips
-        live_l1 += min(panels, 2) * (tile_m if resident == "a" else tile_n) * k_all * size
+        # each of the run's panels comes in one K slice at a time: `loads` slice loads in all
+        slice_k, loads = min(depth, k_all), panels * slices
+        panel_rows = bm if resident == "a" else bn
+        first_slice = panel_rows * slice_k * size
+        panel_dmas = a_dmas(slice_k) if resident == "a" else 1
+        setup, setup_transfers = {"gm_to_l1": first_slice}, {"gm_to_l1": panel_dmas}
+        # the further slices stream in behind the current one, spread over the run's trips
+        per_tile["gm_to_l1"] += (panels * panel_rows * k_all * size - first_slice) / trips
+        transfers["gm_to_l1"] += (loads - 1) * panel_dmas / trips
+        live_l1 += min(loads, 2) * (tile_m if resident == "a" else tile_n) * slice_k * size
     if has_bias:  # a BLOCK_N slice of the bias per tile, into the cube's bias table
         per_tile["gm_to_l1"] += bn * size / k_steps
         transfers["gm_to_l1"] += 1 / k_steps
@@ -99,21 +155,27 @@ def _cube_schedule(task, config, a_dmas, gm_alignment, ub_lanes):
             "l0c": tile_m * tile_n * 4}
     tails = {"l1": [tile_k * size, tile_n * size]}
     footprint = sum(spec.nbytes for spec in task.inputs) + task.outputs[0].nbytes
-    if _uses_vector(task):
-        # the accumulator goes L0C -> GM workspace -> UB of the two vector cores (half each)
+    if vector:
+        # the accumulator goes L0C -> GM workspace (once per K slice, accumulated there) -> UB of the
+        # two vector cores (half of each chunk each), which read the finished sum once; the final
+        # slice's epilogue is spread over all trips like every other per-tile cost
         elementwise = ACTIVATION_VECTOR_OPS[task.attr("activation", "none")]
-        per_tile.update(l0c_to_gm=bm * bn * 4 / k_steps, gm_to_ub=bm * bn * (4 + size * has_residual) / k_steps,
+        rows = config.get("EPILOGUE_ROWS", tile_m)
+        chunks = triton.cdiv(bm, rows)
+        per_tile.update(l0c_to_gm=bm * bn * 4 * slices / k_steps,
+                        gm_to_ub=bm * bn * (4 + size * has_residual) / k_steps,
                         vector_ops=bm * bn * (elementwise + has_residual + 1) / k_steps,
                         ub_to_gm=bm * bn * out_size / k_steps)
-        transfers.update(l0c_to_gm=1 / k_steps, gm_to_ub=(1 + has_residual) / k_steps, ub_to_gm=1 / k_steps)
-        live["ub"] = buffers * tile_m * tile_n // 2 * (4 + out_size + size * has_residual)
+        transfers.update(l0c_to_gm=slices / k_steps, gm_to_ub=(1 + has_residual) * chunks / k_steps,
+                         ub_to_gm=chunks / k_steps)
+        live["ub"] = buffers * rows * tile_n // 2 * (4 + out_size + size * has_residual)
         tails["ub"] = [ub_lanes * 4, ub_lanes * out_size]
-        footprint += programs * tile_m * tile_n * 4
+        footprint += programs * _workspace_slots(task, config) * tile_m * tile_n * 4
     else:
         per_tile["l0c_to_gm"] = bm * bn * out_size / k_steps
         transfers["l0c_to_gm"] = 1 / k_steps
     return {
-        "core": "mixed" if _uses_vector(task) else "cube", "programs": programs, "tiles": trips,
+        "core": "mixed" if vector else "cube", "programs": programs, "tiles": trips,
         "total_tiles": groups * tiles_m * tiles_n * k_steps, "buffers": buffers, "per_tile": per_tile,
         "transfers": transfers, "setup": setup, "setup_transfers": setup_transfers, "live": live, "tails": tails,
         "gm_alignment": gm_alignment, "footprint_bytes": footprint, "cube_dtype": task.dtype, "vector_op_bytes": 4,
