@@ -2,7 +2,10 @@
 PostgreSQL storage for distributed tunes (CI starts one; skipped where none is configured)."""
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -10,13 +13,14 @@ import optuna
 import pytest
 
 from portkern.backends import get_backend
+from portkern.backends.base import Candidate
 from portkern.hwprofile import load_target
 from portkern.measure import MeasureOptions
 from portkern.profile import floor_seconds
 from portkern.search.proposers import Feedback, RulesProposer
-from portkern.search.records import RecordLog
+from portkern.search.records import RecordLog, TrialRecord
 from portkern.search.strategy import ArtifactStore, SearchOptions, search_workload, space_size
-from portkern.search.worker import InProcessRunner
+from portkern.search.worker import InProcessRunner, TrialJob
 from portkern.synthetic import softmax_task
 from portkern.tuner import MIN_TIME_SHARE, allocate_trials, time_slice
 from portkern.verify import GateOptions
@@ -137,3 +141,56 @@ def test_a_compile_pool_builds_ahead_and_failures_stay_trials(backend, tmp_path:
     assert not study.get_trials(states=(optuna.trial.TrialState.RUNNING,))  # nothing left in flight
     keys = [r.candidate_key for r in RecordLog(tmp_path / "r.jsonl")]
     assert len(keys) == len(set(keys))  # built ahead, still never measured twice
+
+
+def _efficiency_benchmark():
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "search" / "efficiency.py"
+    spec = importlib.util.spec_from_file_location("efficiency", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses resolve their annotations through it
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_efficiency_replays_a_measured_table(backend, tmp_path: Path) -> None:
+    """A measured table's grid is what the replay searches: the entries' values make the
+    sub-space, a candidate without an entry is invalid (no trial spent), the table's best is found."""
+    efficiency = _efficiency_benchmark()
+    default = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 3}
+
+    def entry(block_m: int, block_n: int, status: str, seconds: float | None) -> dict:
+        return {"variant": "gemm_tiled", "config": {**default, "BLOCK_M": block_m, "BLOCK_N": block_n},
+                "seconds": seconds, "status": status, "reason": "" if status == "ok" else "made up"}
+
+    task = {"kind": "gemm", "m": 64, "n": 128, "k": 64, "dtype": "float16", "trans_b": True, "bias": False,
+            "activation": "none", "residual": False}
+    entries = [entry(32, 32, "ok", 3e-5), entry(32, 64, "ok", 1e-5), entry(64, 64, "compile_error", None)]
+    table = {"device": "made up", "target": "h200", "backend": "triton", "date": "2026-12-03", "command": "test",
+             "versions": {}, "method": "made up",
+             "cases": [{"case": "tiny", "task": task, "entries": entries, "complete": True},
+                       {"case": "unfinished", "task": task, "entries": entries[:1], "complete": False}]}
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(table))
+    out = tmp_path / "replay.json"
+    assert efficiency.main(["--table", str(path), "--seeds", "3", "--within", "0", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["case"] for r in rows] == ["tiny"]  # the incomplete case is skipped
+    row = rows[0]
+    assert (row["grid"], row["valid"], row["grid_best_seconds"]) == (4, 2, 1e-5)
+    for sampler in ("tpe", "random"):  # (64, 32) never costs a trial: the best comes within the 3 others
+        assert all(count is not None and count <= 3 for count in row[sampler]["trials"])
+
+    (case,) = list(efficiency.table_cases(table))
+    (variant,) = case.variants
+    assert variant.space["BLOCK_M"] == (32, 64) and variant.space["num_stages"] == (3,)
+    runner = efficiency.TableRunner(case)
+
+    def replayed(block_m: int, block_n: int) -> TrialRecord:
+        job = TrialJob(task=case.task, candidate=Candidate.of(variant, {**default, "BLOCK_M": block_m,
+                                                                        "BLOCK_N": block_n}), floor_seconds=0.0)
+        return runner.run(job)[0]
+
+    assert replayed(64, 32).status == "invalid"
+    assert replayed(64, 64).status == "compile_error"
+    assert replayed(32, 64).seconds == 1e-5
