@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import sys
 import time
@@ -72,6 +73,7 @@ class TaskOutcome:
     status: str  # kept | no gain | no variants | not admitted | not tuned | dropped: <why>
     proposers: list[str] = field(default_factory=list)
     recheck: dict[str, Any] | None = None  # winner vs baseline re-timed side by side
+    wall_seconds: float | None = None  # the task's search, gate and recheck, start to end
 
     @property
     def best_seconds(self) -> float | None:
@@ -89,7 +91,11 @@ class TaskOutcome:
                 "trials": self.result.measured if self.result else 0,
                 "duplicates": self.result.duplicates if self.result else 0,
                 "recheck": self.recheck,
-                "stop_reason": self.result.stop_reason if self.result else ""}
+                "stop_reason": self.result.stop_reason if self.result else "",
+                "wall_seconds": self.wall_seconds,
+                # where a task's time went: each trial's build + gate + timing, failures included
+                "trial_wall_seconds": [round(r.wall_seconds or 0.0, 3) for r in self.result.records]
+                if self.result else []}
 
 
 @dataclass
@@ -246,16 +252,20 @@ def run_tune(model_path: Path, options: TuneOptions, out: Path | None,
         f"{', '.join(p.name for p in proposers)}")
 
     unique = summarize(tasks)
-    say(f"profiling {len(unique)} distinct workloads with the baseline ...")
-    profiles = profile_tasks(unique, backend, options.measure)
-    tunable = profiles[: options.max_tasks] if options.max_tasks else profiles
-    budget = allocate_trials(tunable, options.trials, options.per_task_trials, options.min_task_trials)
     outcomes: list[TaskOutcome] = []
     runner_cm = (IsolatedRunner(target, options.trial_timeout_s, work_dir / "scratch") if options.isolate
                  else InProcessRunner(backend))
     pool_cm = (CompilePool(target, options.compile_workers, options.trial_timeout_s, work_dir / "scratch")
                if options.compile_workers > 0 else contextlib.nullcontext())
     with runner_cm as runner, pool_cm as pool:
+        workers = [w for w in (runner, pool) if isinstance(w, (IsolatedRunner, CompilePool))]
+        if (os.cpu_count() or 1) >= 2 + options.compile_workers + 1:  # cores to spare: the workers'
+            for worker in workers:  # start-up (imports, device set-up) overlaps the profiling; never
+                worker.start()      # on a small host, where it would slow the baseline being timed
+        say(f"profiling {len(unique)} distinct workloads with the baseline ...")
+        profiles = profile_tasks(unique, backend, options.measure)
+        tunable = profiles[: options.max_tasks] if options.max_tasks else profiles
+        budget = allocate_trials(tunable, options.trials, options.per_task_trials, options.min_task_trials)
         for index, profile in enumerate(profiles):
             task = profile.task
             if profile not in tunable:
@@ -274,8 +284,10 @@ def run_tune(model_path: Path, options: TuneOptions, out: Path | None,
             say(f"[{index + 1}/{len(profiles)}] {task.label} x{profile.count}: baseline "
                 f"{_ms(profile.seconds)} ({profile.baseline_source}), floor {_ms(profile.floor_seconds)}, "
                 f"{budget[task.key]} trials")
+            task_started = time.time()
             outcomes.append(_tune_task(task, profile, backend, runner, pool, proposers, budget[task.key],
                                        task_deadline, storage, log, store, catalog, options, say))
+            outcomes[-1].wall_seconds = time.time() - task_started
     e2e = _end_to_end(model_path, graph, backend, target, outcomes, options, say)
     pack_path = None
     report = TuneReport(model=model_path.name, target=target.name, backend=target.backend,

@@ -19,7 +19,8 @@ from portkern.measure import MeasureOptions
 from portkern.profile import floor_seconds
 from portkern.search.proposers import Feedback, RulesProposer
 from portkern.search.records import RecordLog, TrialRecord
-from portkern.search.strategy import ArtifactStore, SearchOptions, search_workload, space_size
+from portkern.search.records import Measurement
+from portkern.search.strategy import ArtifactStore, SearchOptions, VariantAllocator, search_workload, space_size
 from portkern.search.worker import InProcessRunner, TrialJob
 from portkern.synthetic import softmax_task
 from portkern.tuner import MIN_TIME_SHARE, allocate_trials, time_slice
@@ -194,3 +195,26 @@ def test_efficiency_replays_a_measured_table(backend, tmp_path: Path) -> None:
     assert replayed(64, 32).status == "invalid"
     assert replayed(64, 64).status == "compile_error"
     assert replayed(32, 64).seconds == 1e-5
+
+
+def test_variant_allocator_balances_variants_then_drops_the_clear_losers() -> None:
+    records: list[TrialRecord] = []
+    allocator = VariantAllocator(["fast", "slow", "broken"], records)
+
+    def measure(variant: str, seconds: float | None) -> None:
+        allocator.asked(variant)
+        status = "ok" if seconds is not None else "invalid"
+        records.append(TrialRecord(task_key="t", backend="b", variant=variant, origin="builtin", config={},
+                                   candidate_key=f"{variant}{len(records)}", status=status,
+                                   measurement=Measurement(times=[seconds], method="made up") if seconds is not None else None))
+    order = []
+    for _ in range(3 * VariantAllocator.MIN_TRIALS):
+        name = allocator.next()
+        order.append(name)
+        measure(name, {"fast": 1.0, "slow": 2.0, "broken": None}[name])
+    assert order.count("fast") == order.count("slow") == VariantAllocator.MIN_TRIALS  # balanced first
+    # 'slow' is 2x the best after its trials: out; 'broken' had only invalid configs: still explored
+    for _ in range(20):
+        name = allocator.next()
+        assert name != "slow"
+        measure(name, {"fast": 1.0, "broken": None}[name])

@@ -137,6 +137,6 @@ def test_gemv_reduces_over_k_either_way(reduce: str) -> None:
 def test_gemv_tensor_core_rows_refuse_the_lane_reduction() -> None:
     variant = VARIANTS["gemm_gemv"]
     task = synthetic.gemm_task(16, 64, 64, "float16", trans_b=True)
-    reason = BACKEND.check(Candidate.of(variant, {**variant.default, "REDUCE": "end"}), task)
+    reason = BACKEND.check(Candidate.of(variant, {**variant.default, "REDUCE": "end", "SPLIT_K": 1}), task)
     assert reason is not None and "tensor cores" in reason
     assert _valid(variant, {**variant.default, "REDUCE": "step", "SPLIT_K": 1}, task)

@@ -147,9 +147,14 @@ class IsolatedRunner:
         self._ctx = mp.get_context("spawn")
         self._process: Any = None
         self._conn: Connection | None = None
+        self._ready = False
         self._submitted = 0.0
 
-    def _start(self) -> None:
+    def start(self) -> None:
+        """Spawn the process without waiting for it (its imports and device setup then overlap
+        the caller's work); the first job waits until it is ready."""
+        if self._process is not None and self._process.is_alive():
+            return
         parent, child = self._ctx.Pipe()
         self._process = self._ctx.Process(
             target=_serve, args=(child, self.target.name, self.target.backend, str(self.scratch), self.compile_only),
@@ -157,6 +162,11 @@ class IsolatedRunner:
         self._process.start()
         child.close()
         self._conn = parent
+        self._ready = False
+
+    def _await_ready(self) -> None:
+        parent = self._conn
+        assert parent is not None and self._process is not None
         if not parent.poll(self.START_TIMEOUT_S):
             self._stop()
             raise TargetError(f"the {self.target.backend} worker did not start in {self.START_TIMEOUT_S:.0f} s")
@@ -170,6 +180,7 @@ class IsolatedRunner:
         if kind == "error":
             self._stop()
             raise TargetError(f"the {self.target.backend} worker could not start: {payload}")
+        self._ready = True
 
     def _stop(self) -> None:
         if self._process is not None and self._process.pid is not None:
@@ -177,12 +188,14 @@ class IsolatedRunner:
             self._process.join(timeout=10)
         if self._conn is not None:
             self._conn.close()
-        self._process, self._conn = None, None
+        self._process, self._conn, self._ready = None, None, False
 
     def submit(self, kind: str, job: TrialJob) -> None:
         """Hand the worker a job ('trial': build, verify, time; 'build': check and compile)."""
         if self._process is None or not self._process.is_alive():
-            self._start()
+            self.start()
+        if not self._ready:
+            self._await_ready()
         assert self._conn is not None
         self._submitted = time.perf_counter()
         self._conn.send((kind, job))
@@ -264,6 +277,11 @@ class CompilePool:
         self.workers = [IsolatedRunner(target, timeout_s, Path(scratch) / f"compile-{i}", compile_only=True)
                         for i in range(workers)]
         self._idle = list(range(workers))
+
+    def start(self) -> None:
+        """Spawn every worker without waiting (see IsolatedRunner.start)."""
+        for worker in self.workers:
+            worker.start()
 
     def idle(self) -> bool:
         return bool(self._idle)

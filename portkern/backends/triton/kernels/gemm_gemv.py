@@ -23,8 +23,9 @@ KIND = "gemm"
 PRECISION = "fp32"
 SPACE = {"BLOCK_N": [4, 8, 16, 32, 64, 128, 256], "BLOCK_K": [16, 32, 64, 128, 256, 512],
          "SPLIT_K": [1, 2, 4, 8, 16], "REDUCE": ["step", "end"], "num_warps": [1, 2, 4, 8], "num_stages": [1, 2, 3]}
-# SPLIT_K 4: N/BLOCK_N programs alone (128 at N=8192) leave an H200's 132 SMs short of loads in flight
-DEFAULT = {"BLOCK_N": 64, "BLOCK_K": 64, "SPLIT_K": 4, "REDUCE": "end", "num_warps": 4, "num_stages": 2}
+# the H200's best at M=1 and 16 on 4096/11008-wide weights (h200-ops-2026-12-02-run4.json); SPLIT_K 2:
+# N/BLOCK_N programs alone leave 132 SMs short of loads in flight. REDUCE 'end' is not yet timed on a GPU
+DEFAULT = {"BLOCK_N": 32, "BLOCK_K": 256, "SPLIT_K": 2, "REDUCE": "step", "num_warps": 4, "num_stages": 2}
 MAX_ROWS = 16
 DOT_ROWS = 16  # from here a tensor-core tile is full
 PRODUCTS_PER_THREAD = 64  # fp32 products of the M_PAD x BLOCK_K x BLOCK_N block a thread holds
