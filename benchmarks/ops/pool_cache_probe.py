@@ -24,23 +24,18 @@ from portkern.backends.base import Artifact, Candidate
 from portkern.hwprofile import load_target
 from portkern.search.worker import CompilePool, TrialJob
 from portkern.synthetic import gemm_task, layernorm_task
+from portkern.verify import make_inputs
 
 
-def first_launch_seconds(backend: Any, candidate: Candidate, task: Any, artifact: Any) -> float:
+def first_launch_seconds(backend: Any, task: Any, artifact: Any) -> float:
     program = backend.load(artifact, task)
-    inputs = [backend.to_device(a) for a in _inputs(task)]
+    inputs = [backend.to_device(a) for a in make_inputs(task, 3, "normal")]
     outputs = [backend.empty(spec, 0.0) for spec in task.outputs]
     backend.synchronize()
     start = time.perf_counter()
     program(inputs, outputs)
     backend.synchronize()
     return time.perf_counter() - start
-
-
-def _inputs(task: Any) -> list[Any]:
-    from portkern.verify import make_inputs
-
-    return make_inputs(task, 3, "normal")
 
 
 def main() -> int:
@@ -74,9 +69,9 @@ def main() -> int:
                 if artifact is None:
                     rows.append({"variant": variant.name, "status": status, "reason": reason[:300]})
                     continue
-                hit = first_launch_seconds(backend, job.candidate, task, artifact)
+                hit = first_launch_seconds(backend, task, artifact)
                 never_built = Artifact(backend=backend.name, variant=variant.name, config=fresh, source=variant.source)
-                miss = first_launch_seconds(backend, Candidate.of(variant, fresh), task, never_built)
+                miss = first_launch_seconds(backend, task, never_built)
                 rows.append({"task": task.label, "variant": variant.name, "pool_build_s": pool_seconds,
                              "first_launch_after_pool_s": hit, "first_launch_never_built_s": miss})
                 print(f"{task.label:48s} {variant.name:18s} pool build {pool_seconds:6.2f} s, then first launch "

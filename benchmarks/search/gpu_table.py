@@ -46,7 +46,7 @@ from portkern.search.records import Measurement
 from portkern.search.strategy import all_configs
 from portkern.synthetic import gemm_task
 from portkern.tasks import Task
-from portkern.verify import tolerance_for
+from portkern.verify import make_inputs, tolerance_for
 
 SHAPES: tuple[tuple[int, int, int], ...] = (  # M, N, K: BERT-base/large, LLaMA-7B layers, decode-ish, odd
     (128, 768, 768), (512, 768, 3072), (512, 3072, 768), (2048, 768, 768), (4096, 768, 3072),
@@ -100,7 +100,7 @@ def _compile_one(shape: tuple[int, int, int], variant_name: str, config: dict[st
     backend, task = _WORKER_BACKEND, shape_task(*shape)
     start = time.perf_counter()
     try:
-        inputs = [backend.to_device(a) for a in _random_inputs(task)]
+        inputs = [backend.to_device(a) for a in make_inputs(task, 5, "normal")]
         outputs = [backend.empty(spec, 0.0) for spec in task.outputs]
         _program(backend, task, _variant(backend, task, variant_name), config)(inputs, outputs)
         backend.synchronize()
@@ -108,12 +108,6 @@ def _compile_one(shape: tuple[int, int, int], variant_name: str, config: dict[st
     except Exception as exc:
         return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}", \
             time.perf_counter() - start
-
-
-def _random_inputs(task: Task) -> list[Any]:
-    from portkern.verify import make_inputs
-
-    return make_inputs(task, 5, "normal")
 
 
 def warm_cache(backend: Backend, workers: int, deadline: float) -> dict[tuple, str]:
