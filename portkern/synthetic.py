@@ -15,7 +15,7 @@ Shapes the builders choose (they match what BERT/ResNet exports contain):
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import ml_dtypes
 import numpy as np
@@ -192,8 +192,10 @@ _EXPR_OPS = {"add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div", "pow": "Pow
              "where": "Where"}
 
 
-def elementwise_task(shape: Sequence[int], dtype: str, expr: Sequence[Sequence[Any]]) -> Task:
-    """The task of an expression (see partition.py) whose inputs in0..inK all have `shape`.
+def elementwise_task(shape: Sequence[int], dtype: str, expr: Sequence[Sequence[Any]],
+                     input_shapes: Mapping[str, Sequence[int]] | None = None) -> Task:
+    """The task of an expression (see partition.py) whose inputs in0..inK have `shape` (the
+    output's), or the shape `input_shapes` gives one, broadcast as ONNX does.
 
     A "where" condition input is boolean; the result's attrs["expr"] is the expression as a model
     would spell it (scalars at the dtype's shortest round-trip decimal).
@@ -208,7 +210,7 @@ def elementwise_task(shape: Sequence[int], dtype: str, expr: Sequence[Sequence[A
             expected = f"in{sum(name.startswith('in') for name in refs)}"
             if ref != expected:
                 raise SyntheticTaskError(f"expression inputs must appear in order: {ref} before {expected}")
-            refs[ref] = builder.input(ref, shape, "bool" if condition else None)
+            refs[ref] = builder.input(ref, (input_shapes or {}).get(ref, shape), "bool" if condition else None)
         if ref not in refs:
             raise SyntheticTaskError(f"expression operand {ref!r} is not defined before it is used")
         return refs[ref]

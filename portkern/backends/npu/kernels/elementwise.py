@@ -2,10 +2,15 @@
 tiles of the flattened tensors. The expression (attrs["expr"]) is compiled into the kernel as
 constexpr step names and operand slots, so one source serves every chain of up to four steps in
 which each step reads task inputs, the step before it, or scalar constants; `where` selects
-between two scalars on a condition (an attention mask's preparation). Other expressions
-(broadcast inputs, casts, where between tensors, a step reading an older step) are refused in
+between two scalars on a condition (an attention mask's preparation). An input may repeat along
+the leading axes (a position embedding or a bias added to every row: its shape is the output's
+trailing dims after leading 1s): it is read at the flat index modulo its size, each tile's DMA
+then starting where that lands, so the start must stay 32-byte aligned. Other expressions (other
+broadcasts, casts, where between tensors, a step reading an older step) are refused in
 constraints().
 """
+import math
+
 import triton
 import triton.language as tl
 
@@ -64,11 +69,30 @@ def _steps(task):
     return steps
 
 
+def _period(spec, out_shape):
+    """Elements after which the input repeats (its size), or None if it broadcasts otherwise."""
+    shape = tuple(spec.shape)
+    while shape and shape[0] == 1:
+        shape = shape[1:]
+    if shape != tuple(out_shape[len(out_shape) - len(shape):]):
+        return None
+    return math.prod(shape)
+
+
 def constraints(task, config, target):
     if task.dtype not in ITEMSIZE or task.outputs[0].dtype not in ITEMSIZE:
         return f"{task.dtype} is not supported here (fp32/fp16 only)"
-    if any(spec.shape != task.outputs[0].shape or spec.dtype not in (task.dtype, "bool") for spec in task.inputs):
-        return "inputs must all have the output's shape and dtype (no broadcasting in this variant)"
+    out = task.outputs[0]
+    if any(spec.dtype not in (task.dtype, "bool") for spec in task.inputs):
+        return "inputs must have the output's dtype (or be a bool condition)"
+    for spec in task.inputs:
+        period = _period(spec, out.shape)
+        if period is None:
+            return f"input {spec.shape} broadcasts to {out.shape} other than by repeating along leading axes"
+        start_bytes = math.gcd(config["BLOCK"], period) * INPUT_ITEMSIZE[spec.dtype]
+        if period != out.numel and start_bytes % 32:
+            return (f"a {spec.shape} input repeating every {period} elements starts BLOCK={config['BLOCK']} "
+                    f"tiles at {start_bytes}-byte steps: DMA needs 32-byte aligned starts")
     if len(task.inputs) > MAX_INPUTS:
         return f"more than {MAX_INPUTS} inputs"
     steps = _steps(task)
@@ -86,6 +110,8 @@ def schedule(task, config, target):
     programs = min(config["PROGRAMS"], n_tiles)
     moved = min(block, n)
     inputs = len(task.inputs)
+    # a repeating input's tile wraps around its end where BLOCK does not divide it: a second DMA
+    wraps = sum(1 for spec in task.inputs if (p := _period(spec, task.outputs[0].shape)) != n and p % block)
     cost = 2 + sum(STEP_COST[step[0]] for step in _steps(task))  # + cast in and out
     return {
         "core": "vector", "programs": programs, "tiles": triton.cdiv(n_tiles, programs), "total_tiles": n_tiles,
@@ -93,7 +119,7 @@ def schedule(task, config, target):
         "per_tile": {"gm_to_ub": moved * sum(INPUT_ITEMSIZE[spec.dtype] for spec in task.inputs),
                      "ub_to_gm": moved * ITEMSIZE[task.outputs[0].dtype],
                      "vector_ops": block * cost},
-        "transfers": {"gm_to_ub": inputs},
+        "transfers": {"gm_to_ub": inputs + wraps},
         "live": {"ub": config["BUFFERS"] * (inputs + 1) * block * size + 2 * block * 4},
         "tails": {"ub": [block * size]},
         "gm_alignment": min((block * size) & -(block * size), 512),
@@ -169,8 +195,17 @@ def _step(OP: tl.constexpr, A: tl.constexpr, B: tl.constexpr, x0, x1, x2, x3, pr
 
 
 @triton.jit
-def _elementwise_blocks(x0_ptr, x1_ptr, x2_ptr, x3_ptr, out_ptr, n,
+def _tile(x_ptr, offsets, inside, period, REPEATS: tl.constexpr):
+    """One input's tile in fp32; a repeating input is read at the offsets modulo its size."""
+    if REPEATS:
+        offsets = offsets % period
+    return tl.load(x_ptr + offsets, mask=inside, other=1.0).to(tl.float32)
+
+
+@triton.jit
+def _elementwise_blocks(x0_ptr, x1_ptr, x2_ptr, x3_ptr, out_ptr, n, p0, p1, p2, p3,
                         s0a, s0b, s1a, s1b, s2a, s2b, s3a, s3b,
+                        R0: tl.constexpr, R1: tl.constexpr, R2: tl.constexpr, R3: tl.constexpr,
                         OP0: tl.constexpr, A0: tl.constexpr, B0: tl.constexpr,
                         OP1: tl.constexpr, A1: tl.constexpr, B1: tl.constexpr,
                         OP2: tl.constexpr, A2: tl.constexpr, B2: tl.constexpr,
@@ -181,16 +216,16 @@ def _elementwise_blocks(x0_ptr, x1_ptr, x2_ptr, x3_ptr, out_ptr, n,
     for block in range(pid, tl.cdiv(n, BLOCK), num_cores):
         offsets = block * BLOCK + tl.arange(0, BLOCK)
         inside = offsets < n
-        x0 = tl.load(x0_ptr + offsets, mask=inside, other=1.0).to(tl.float32)
+        x0 = _tile(x0_ptr, offsets, inside, p0, R0)
         x1 = x0
         x2 = x0
         x3 = x0
         if N_INPUTS > 1:
-            x1 = tl.load(x1_ptr + offsets, mask=inside, other=1.0).to(tl.float32)
+            x1 = _tile(x1_ptr, offsets, inside, p1, R1)
         if N_INPUTS > 2:
-            x2 = tl.load(x2_ptr + offsets, mask=inside, other=1.0).to(tl.float32)
+            x2 = _tile(x2_ptr, offsets, inside, p2, R2)
         if N_INPUTS > 3:
-            x3 = tl.load(x3_ptr + offsets, mask=inside, other=1.0).to(tl.float32)
+            x3 = _tile(x3_ptr, offsets, inside, p3, R3)
         value = _step(OP0, A0, B0, x0, x1, x2, x3, x0, s0a, s0b, BLOCK)
         if OP1 != "":
             value = _step(OP1, A1, B1, x0, x1, x2, x3, value, s1a, s1b, BLOCK)
@@ -209,6 +244,9 @@ def launch(task, config, inputs, outputs):
     scalars = [value for step in steps for value in step[3:]]
     ops = {f"{name}{index}": step[position] for index, step in enumerate(steps)
            for position, name in ((0, "OP"), (1, "A"), (2, "B"))}
+    periods = [_period(spec, task.outputs[0].shape) for spec in task.inputs]
+    periods += [n] * (MAX_INPUTS - len(periods))
+    repeats = {f"R{index}": period != n for index, period in enumerate(periods)}
     programs = min(config["PROGRAMS"], triton.cdiv(n, config["BLOCK"]))
-    _elementwise_blocks[(programs,)](*pointers, outputs[0], n, *scalars, **ops, N_INPUTS=len(inputs),
-                                     BLOCK=config["BLOCK"])
+    _elementwise_blocks[(programs,)](*pointers, outputs[0], n, *periods, *scalars, **ops, **repeats,
+                                     N_INPUTS=len(inputs), BLOCK=config["BLOCK"])
