@@ -50,7 +50,8 @@ def test_catalog_seeds_only_configs_the_variants_still_admit(tmp_path: Path) -> 
 def test_priors_from_a_table_keep_the_fastest_ok_entries_of_complete_cases() -> None:
     def case(m: int, complete: bool) -> dict:
         entries = [{"variant": "gemm_tma", "config": {"BLOCK_M": b}, "seconds": s, "status": st}
-                   for b, s, st in ((64, 3e-6, "ok"), (128, 1e-6, "ok"), (256, 5e-7, "rejected"), (32, None, "invalid"))]
+                   for b, s, st in ((64, 3e-6, "ok"), (128, 1e-6, "ok"), (256, 5e-7, "rejected"),
+                                    (32, None, "invalid"))]
         return {"task": {"kind": "gemm", "m": m, "n": 64, "k": 64, "dtype": "float16", "trans_b": True,
                          "bias": False, "activation": "none", "residual": False},
                 "entries": entries, "complete": complete}

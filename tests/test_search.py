@@ -206,7 +206,8 @@ def test_variant_allocator_balances_variants_then_drops_the_clear_losers() -> No
         status = "ok" if seconds is not None else "invalid"
         records.append(TrialRecord(task_key="t", backend="b", variant=variant, origin="builtin", config={},
                                    candidate_key=f"{variant}{len(records)}", status=status,
-                                   measurement=Measurement(times=[seconds], method="made up") if seconds is not None else None))
+                                   measurement=None if seconds is None else Measurement(times=[seconds],
+                                                                                        method="made up")))
     order = []
     for _ in range(3 * VariantAllocator.MIN_TRIALS):
         name = allocator.next()

@@ -281,7 +281,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "command": " ".join(sys.argv if argv is None else [__file__, *argv]),
         **about, "versions": {"optuna": optuna.__version__, "python": platform.python_version()},
-        "seeds": args.seeds, "within": args.within, "max_fraction": args.max_fraction, "summary_median_fraction_of_valid": summary, "rows": rows},
+        "seeds": args.seeds, "within": args.within, "max_fraction": args.max_fraction,
+        "summary_median_fraction_of_valid": summary, "rows": rows},
         indent=1, default=str))
     return 0
 

@@ -217,7 +217,8 @@ class VariantAllocator:
                 if record.seconds is not None:
                     best[record.variant] = min(best.get(record.variant, math.inf), record.seconds)
         overall = min(best.values(), default=math.inf)
-        running = [n for n in self.names if measured[n] < self.MIN_TRIALS or best.get(n, math.inf) <= overall * self.KEEP_RATIO]
+        running = [n for n in self.names
+                   if measured[n] < self.MIN_TRIALS or best.get(n, math.inf) <= overall * self.KEEP_RATIO]
         return min(running or self.names, key=lambda n: (self.asked_count[n], self.names.index(n)))
 
 

@@ -179,7 +179,8 @@ class TritonBackend(Backend):
         config = candidate.params
         specs = [*task.inputs, *task.outputs, *scratch_specs(module, task, config)]
         if self.compile_launches:
-            buffers = [self._random(spec) for spec in task.inputs] + [self.empty(spec, 0.0) for spec in specs[len(task.inputs):]]
+            buffers = [self._random(spec) for spec in task.inputs]
+            buffers += [self.empty(spec, 0.0) for spec in specs[len(task.inputs):]]
         else:  # torch.empty allocates without a kernel
             buffers = [torch.empty(spec.shape, dtype=torch_dtype(spec.dtype), device=self.device) for spec in specs]
         inputs, outputs = buffers[:len(task.inputs)], buffers[len(task.inputs):]
