@@ -22,9 +22,11 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
+from .errors import PortkernError
 from .synthetic import gemm_task
+from .tasks import Task
 
 PRIORS_DIR = Path(__file__).parent / "hwprofiles" / "priors"
 
@@ -86,15 +88,22 @@ def nearest_configs(task: dict[str, Any], measured: Iterable[Measured], count: i
     return chosen
 
 
+def table_task(spec: Mapping[str, Any]) -> Task:
+    """The task a measured table's case names (benchmarks/search/*_table.py), made the way a
+    model's task is (synthetic.gemm_task)."""
+    if spec["kind"] != "gemm":
+        raise PortkernError(f"table task kind {spec['kind']!r}: the table format has GEMMs only")
+    return gemm_task(spec["m"], spec["n"], spec["k"], spec["dtype"], trans_b=spec["trans_b"], bias=spec["bias"],
+                     activation=spec["activation"], residual=spec["residual"])
+
+
 def priors_from_table(table: dict[str, Any], top: int, evidence: str) -> list[Measured]:
     """The `top` fastest ok entries of each complete case of a measured table."""
     found = []
     for case in table["cases"]:
         if not case.get("complete"):
             continue
-        spec = case["task"]
-        task = gemm_task(spec["m"], spec["n"], spec["k"], spec["dtype"], trans_b=spec["trans_b"],
-                         bias=spec["bias"], activation=spec["activation"], residual=spec["residual"])
+        task = table_task(case["task"])
         timed = sorted((e for e in case["entries"] if e["status"] == "ok" and e["seconds"]),
                        key=lambda e: e["seconds"])
         found += [Measured(task.describe(), e["variant"], e["config"], e["seconds"], evidence) for e in timed[:top]]

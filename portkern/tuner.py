@@ -31,7 +31,7 @@ from .priors import Measured, load_priors, nearest_configs
 from .profile import TaskProfile, baseline_program, profile_tasks
 from .search.proposers import BuiltinProposer, Feedback, Proposer, RulesProposer
 from .search.records import Measurement, RecordLog, TrialRecord
-from .search.strategy import ArtifactStore, SearchOptions, SearchResult, search_workload
+from .search.strategy import ArtifactStore, SearchOptions, SearchResult, fits_space, search_workload
 from .search.worker import CompilePool, InProcessRunner, IsolatedRunner
 from .tasks import Task
 from .verify import GateOptions, admit_task
@@ -203,12 +203,9 @@ class TaskCatalog:
                 if current is None or record.seconds < (current.seconds or float("inf")):
                     best_by_key[record.task_key] = record
         measured = [Measured(self.described[key], r.variant, r.config, r.seconds) for key, r in best_by_key.items()]
-
-        def admitted(item: Measured) -> bool:
-            variant = library.get(item.variant)
-            return variant is not None and set(item.config) == set(variant.space) and all(
-                item.config[name] in choices for name, choices in variant.space.items())
-        chosen = nearest_configs(task.describe(), filter(admitted, [*measured, *self.priors]), count)
+        admitted = [m for m in [*measured, *self.priors]
+                    if m.variant in library and fits_space(library[m.variant], m.config)]
+        chosen = nearest_configs(task.describe(), admitted, count)
         return [Candidate.of(library[item.variant], item.config) for item in chosen]
 
 
@@ -258,10 +255,13 @@ def run_tune(model_path: Path, options: TuneOptions, out: Path | None,
     pool_cm = (CompilePool(target, options.compile_workers, options.trial_timeout_s, work_dir / "scratch")
                if options.compile_workers > 0 else contextlib.nullcontext())
     with runner_cm as runner, pool_cm as pool:
-        workers = [w for w in (runner, pool) if isinstance(w, (IsolatedRunner, CompilePool))]
-        if (os.cpu_count() or 1) >= 2 + options.compile_workers + 1:  # cores to spare: the workers'
-            for worker in workers:  # start-up (imports, device set-up) overlaps the profiling; never
-                worker.start()      # on a small host, where it would slow the baseline being timed
+        # a core each for the tuner, the measuring worker and the compile workers, and one to spare:
+        # then the workers' start-up (imports, device set-up) overlaps the profiling; never on a
+        # small host, where it would slow the baseline being timed
+        if (os.cpu_count() or 1) >= options.compile_workers + 3:
+            for worker in (runner, pool):
+                if isinstance(worker, (IsolatedRunner, CompilePool)):
+                    worker.start()
         say(f"profiling {len(unique)} distinct workloads with the baseline ...")
         profiles = profile_tasks(unique, backend, options.measure)
         tunable = profiles[: options.max_tasks] if options.max_tasks else profiles

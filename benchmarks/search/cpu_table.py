@@ -55,11 +55,11 @@ import numpy as np
 import optuna
 import tvm
 
-from efficiency import table_task
 from portkern.backends import get_backend
 from portkern.backends.base import Backend, Candidate, CompileError, Variant
 from portkern.hwprofile import load_target
 from portkern.measure import MeasureOptions, device_inputs, time_program
+from portkern.priors import table_task
 from portkern.search.strategy import all_configs
 from portkern.tasks import Task
 from portkern.verify import compare, make_inputs, tolerance_for

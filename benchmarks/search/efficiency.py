@@ -51,6 +51,7 @@ import optuna
 from portkern.backends import get_backend
 from portkern.backends.base import Artifact, Backend, Candidate, Variant
 from portkern.hwprofile import load_target
+from portkern.priors import table_task
 from portkern.search.records import Measurement, RecordLog, TrialRecord
 from portkern.search.strategy import ArtifactStore, SearchOptions, all_configs, search_workload, space_size
 from portkern.search.worker import TrialJob
@@ -108,14 +109,6 @@ def exhaustive(backend: Backend, task: Task) -> dict[str, Outcome]:
             seconds = backend.modeled_seconds(backend.load(backend.compile(candidate, task), task))
             table[candidate.key()] = Outcome("ok", seconds)
     return table
-
-
-def table_task(spec: Mapping[str, Any]) -> Task:
-    """The task a table case names, made the way a model's task is (synthetic.gemm_task)."""
-    if spec["kind"] != "gemm":
-        raise SystemExit(f"table task kind {spec['kind']!r}: the table format has GEMMs only")
-    return gemm_task(spec["m"], spec["n"], spec["k"], spec["dtype"], trans_b=spec["trans_b"], bias=spec["bias"],
-                     activation=spec["activation"], residual=spec["residual"])
 
 
 def _json(value: Any) -> str:

@@ -79,6 +79,12 @@ def all_configs(variant: Variant) -> Iterable[dict[str, Any]]:
         yield dict(zip(names, values))
 
 
+def fits_space(variant: Variant, config: Mapping[str, Any]) -> bool:
+    """The config names exactly the variant's parameters, each at a value of its space: what a
+    seed from another shape, round or an older library must be to be enqueued."""
+    return set(config) == set(variant.space) and all(config[p] in choices for p, choices in variant.space.items())
+
+
 def _params(variant: Variant, config: Mapping[str, Any]) -> dict[str, Any]:
     return {"variant": variant.name, **{f"{variant.name}:{k}": v for k, v in config.items()}}
 
@@ -272,8 +278,7 @@ def search_workload(task: Task, variants: Sequence[Variant], runner: Runner, *,
         variant = by_name.get(candidate.variant.name)
         config = candidate.params
         # a seed from another shape or round may not fit this variant's space: then it is no seed
-        if variant is not None and set(config) == set(variant.space) and all(
-                config[p] in choices for p, choices in variant.space.items()):
+        if variant is not None and fits_space(variant, config):
             study.enqueue_trial(_params(variant, config), skip_if_exists=True)
     names = sorted(by_name)
     since_gain = 0
