@@ -131,9 +131,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         return _inspect_pack(path, args.json)
     from .partition import partition, summarize
 
+    from .backends import get_backend
+
     target = load_target(args.target)
     graph = _load(args)
-    tasks = summarize(partition(graph))
+    tasks = summarize(partition(graph, get_backend(target).folds_attention_transposes))
     data = []
     for task, count in tasks:
         floor = target.profile.floor_seconds(task.flops, task.min_bytes, task.dtype)
@@ -186,7 +188,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     backend = get_backend(load_target(args.target, args.backend))
     graph = _load(args)
-    tasks = partition(graph)
+    tasks = partition(graph, backend.folds_attention_transposes)
     profiles = profile_tasks(summarize(tasks), backend)
     if args.trace:
         write_trace(tasks, profiles, args.trace)

@@ -8,7 +8,9 @@ products inside Attention) compute float16/bfloat16 operands in float32 and cast
 because numpy has no fp16 BLAS and its fp16 loops accumulate in fp16 (what onnxruntime and every
 GPU library avoid); the resampling and quantized ops (Resize, GridSample, RoiAlign, DeformConv,
 QLinear*, ConvInteger) compute in float64 and cast back, so their rounding is the exact one.
-Erf is libm's erf element by element (numpy has none): correct to the last bit, ~0.2 us/element.
+Erf (numpy has none) is a vectorized series and continued fraction within 1e-15 of libm's erf
+(checked against math.erf in the tests), 1.4-2.6x faster here than libm called element by element,
+which matters: a BERT GELU GEMM's gate references (12.6M erfs each) took 16 s on the H200 host.
 
 Attributes arrive as the importer converts them (`onnx_import.node_from_proto`): ints, floats,
 str, lists of those, and tensors as numpy arrays. Opset-dependent forms (axes as attribute before
@@ -77,10 +79,42 @@ def _compute_dtype(*arrays: np.ndarray) -> np.dtype:
 
 # --------------------------------------------------------------------------- elementwise
 
+_ERF_SERIES_BELOW = 2.5  # |x| below: the series; above: erfc's continued fraction
+_ERF_INVERSE_ODD = 1.0 / (2.0 * np.arange(1, 37) + 1.0)  # 36 terms: 9e-16 at |x| = 2.5
+_ERF_FRACTION_TERMS = 60  # 9e-16 at |x| = 2.5, better beyond
+_ERF_CHUNK = 1 << 15  # elements per pass: each step's operands stay in the core's cache
+
+
+def _erf_chunk(x: np.ndarray) -> np.ndarray:
+    a = np.abs(x)
+    out = np.empty_like(a)
+    small = a < _ERF_SERIES_BELOW
+    # erf(a) = 2/sqrt(pi) a exp(-a^2) sum_n (2a^2)^n / (2n+1)!!: positive terms, no cancellation
+    xs = a[small]
+    y = 2.0 * xs * xs
+    total = np.ones_like(xs)
+    for inverse in _ERF_INVERSE_ODD[::-1]:
+        total *= y * inverse
+        total += 1.0
+    out[small] = (2.0 / math.sqrt(math.pi)) * xs * np.exp(-xs * xs) * total
+    # erfc(a) = exp(-a^2) / sqrt(pi) / (a + (1/2) / (a + 1 / (a + (3/2) / (a + ...)))), evaluated
+    # from the tail; inf stays inf, nan stays nan
+    xb = a[~small]
+    with np.errstate(invalid="ignore"):
+        fraction = xb.copy()
+        for k in range(_ERF_FRACTION_TERMS, 0, -1):
+            fraction = xb + (0.5 * k) / fraction
+        out[~small] = np.where(np.isinf(xb), 1.0, 1.0 - np.exp(-xb * xb) / (math.sqrt(math.pi) * fraction))
+    return np.copysign(out, x)
+
+
 def _erf(x: np.ndarray) -> np.ndarray:
-    """numpy has no erf (and scipy is no dependency): libm's erf, element by element."""
-    flat = np.frompyfunc(math.erf, 1, 1)(x.astype(np.float64))
-    return np.asarray(flat, dtype=np.float64).astype(x.dtype, copy=False)
+    values = np.asarray(x, dtype=np.float64)
+    flat = values.reshape(-1)
+    out = np.empty_like(flat)
+    for start in range(0, flat.size, _ERF_CHUNK):
+        out[start:start + _ERF_CHUNK] = _erf_chunk(flat[start:start + _ERF_CHUNK])
+    return out.reshape(values.shape).astype(np.asarray(x).dtype, copy=False)
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:

@@ -11,6 +11,10 @@ Patterns (kinds and kernel signatures are in tasks.py):
               folds into `scale`; a Transpose swapping the last two axes of K folds into
               k_transposed=False. A constant mask that is 0 on and below the (bottom-right aligned)
               diagonal and <= -1e4 above is `causal` and stays a task constant.
+              With fold_attention_transposes (a backend whose kernels read through strides), the
+              Transposes that split the heads of q, k, v (sole users) and the one that merges the
+              output's are the task's too: its operands are the contiguous buffers around them and
+              attrs["perms"] says how (see tasks.py), so no head-split copy is ever made.
   gemm        MatMul(x, W 2-D) or Gemm (alpha = beta = 1, no transA)
               -> [Add bias (N,)] -> [activation] -> [Add residual]:  out = act(x@W + bias) + residual
   bmm         MatMul with both operands >= 3-D -> [Mul|Div scalar]   (scale)
@@ -158,8 +162,9 @@ class _Match:
 class _Context:
     """Read-only views of the graph plus the set of nodes already claimed by a task."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, fold_attention_transposes: bool = False) -> None:
         self.graph = graph
+        self.fold_attention_transposes = fold_attention_transposes
         self.producer = graph.producer()
         self.position = {id(node): index for index, node in enumerate(graph.nodes)}
         self.users: dict[str, list[Node]] = {}
@@ -429,6 +434,12 @@ def _peel_operand(ctx: _Context, value: str, consumer: Node, allow_transpose: bo
     return value, scale, transposed, nodes
 
 
+def _transpose_perm(ctx: _Context, node: Node) -> tuple[int, ...]:
+    """A Transpose's perm; ONNX's default (no attribute) reverses the axes."""
+    rank = len(ctx.shape(node.inputs[0]))
+    return tuple(int(axis) for axis in node.attrs.get("perm") or range(rank - 1, -1, -1))
+
+
 def _swaps_last_two(perm: Sequence[int] | None, rank: int) -> bool:
     return perm is not None and rank >= 2 and list(perm) == list(range(rank - 2)) + [rank - 1, rank - 2]
 
@@ -488,11 +499,37 @@ def _match_attention(ctx: _Context, scores_mm: Node) -> _Match | None:
     if ctx.shape(k) != k_shape or ctx.shape(v) != (b, h, sk, d):
         return None
     nodes += [softmax, out_mm]
-    covers = sorted(q_nodes + k_nodes + nodes, key=lambda node: ctx.position[id(node)])
     attrs = {"scale": canonical_float(scale), "k_transposed": not k_swapped, "mask": mask is not None,
              "causal": causal}
+    out = out_mm.outputs[0]
+    if ctx.fold_attention_transposes:
+        perms: list[tuple[int, ...]] = []
+        operands = []
+        for operand, consumer in ((q, q_nodes[-1] if q_nodes else scores_mm),
+                                  (k, k_nodes[-1] if k_nodes else scores_mm), (v, out_mm)):
+            split = ctx.producer.get(operand)
+            if split is not None and split.op_type == "Transpose" and id(split) not in ctx.claimed \
+                    and ctx.sole_user(operand) is consumer:
+                nodes.append(split)
+                perms.append(_transpose_perm(ctx, split))
+                operand = split.inputs[0]
+            else:
+                perms.append(())
+            operands.append(operand)
+        q, k, v = operands
+        merge = ctx.sole_user(out, "Transpose")
+        if merge is not None:
+            nodes.append(merge)
+            # the output buffer's way back to the (B, H, S, D) the kernel computes
+            perms.append(tuple(int(axis) for axis in np.argsort(_transpose_perm(ctx, merge))))
+            out = merge.outputs[0]
+        else:
+            perms.append(())
+        if any(perms):
+            attrs["perms"] = tuple(perms)
+    covers = sorted(q_nodes + k_nodes + nodes, key=lambda node: ctx.position[id(node)])
     inputs = [q, k, v] + ([mask] if mask is not None else [])
-    return _Match("attention", covers, inputs, out_mm.outputs[0], attrs, 4 * b * h * _scored_pairs(s, sk, causal) * d)
+    return _Match("attention", covers, inputs, out, attrs, 4 * b * h * _scored_pairs(s, sk, causal) * d)
 
 
 def _scored_pairs(s: int, sk: int, causal: bool) -> int:
@@ -899,13 +936,14 @@ def _to_task(ctx: _Context, match: _Match) -> Task | None:
                 constants=constants, opset=ctx.graph.opset)
 
 
-def partition(graph: Graph) -> list[Task]:
+def partition(graph: Graph, fold_attention_transposes: bool = False) -> list[Task]:
     """The graph's kernel tasks in topological order (see the module docstring for the patterns).
 
     Tasks are ordered by the graph position of their last node: running glue nodes in graph order
     and each task at its last node's position respects every dependency.
+    fold_attention_transposes: the backend's `folds_attention_transposes` (see the docstring).
     """
-    ctx = _Context(graph)
+    ctx = _Context(graph, fold_attention_transposes)
     placed: list[tuple[int, Task]] = []
 
     def claim(match: _Match | None) -> None:

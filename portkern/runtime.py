@@ -80,7 +80,11 @@ class Session:
             if shapes is None and self.pack is not None:
                 shapes = _pack_shapes(self.pack, model)
             self.graph = load_model(model, shapes)
-        self.tasks = partition(self.graph)
+        self.backend: Backend | None = None
+        if self.pack is not None:
+            self.backend = get_backend(load_target(self.pack.target["name"], self.pack.target.get("backend")))
+        # the tasks as the tune made them (what the pack's keys name)
+        self.tasks = partition(self.graph, self.backend is not None and self.backend.folds_attention_transposes)
         self._consumers = self.graph.consumers()
         self.kernels: list[BoundKernel] = []  # the pack's kernels
         self.baselines: list[BoundKernel] = []  # the backend's baseline op where the pack has none
@@ -90,7 +94,6 @@ class Session:
         # on a device backend: nodes run by the executor on the host, a device round trip each
         self.host_fallbacks: list[tuple[Node, str]] = []
         self.steps: list[Step] = []
-        self.backend: Backend | None = None
         self.cuda_graph_error: str | None = None
         self._device_inputs: Values | None = None  # static input buffers, filled by each run
         self._cuda_graph: _CudaGraph | None = None  # on a real GPU: warmed up, then captured
@@ -99,9 +102,8 @@ class Session:
             self._bind(allow_mismatch)
 
     def _bind(self, allow_mismatch: bool) -> None:
-        assert self.pack is not None
-        target = load_target(self.pack.target["name"], self.pack.target.get("backend"))
-        self.backend = get_backend(target)
+        assert self.pack is not None and self.backend is not None
+        target = self.backend.target
         differences = fingerprint_mismatch(self.pack, self.backend.fingerprint())
         if differences and not allow_mismatch:
             raise PackError(f"pack {self.pack.path} was made for other hardware/software "

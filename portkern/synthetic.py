@@ -72,8 +72,8 @@ class GraphBuilder:
         return Graph(self.name, self.nodes, self.inputs, list(outputs), self.values, self.constants,
                      opset, model_hash=f"synthetic:{self.name}")
 
-    def task(self, output: str, opset: int = SYNTHETIC_OPSET) -> Task:
-        tasks = partition(self.graph([output], opset))
+    def task(self, output: str, opset: int = SYNTHETIC_OPSET, fold_attention_transposes: bool = False) -> Task:
+        tasks = partition(self.graph([output], opset), fold_attention_transposes)
         if len(tasks) != 1:
             kinds = ", ".join(task.kind for task in tasks) or "none"
             raise SyntheticTaskError(f"synthetic {self.name} partitions into {len(tasks)} tasks ({kinds}), not one")
@@ -137,19 +137,32 @@ def bmm_task(b: int, m: int, n: int, k: int, dtype: str = "float32") -> Task:
 
 def attention_task(batch: int, heads: int, seq: int, head_dim: int, dtype: str = "float32", *,
                    seq_kv: int | None = None, mask: bool = False, causal: bool = False,
-                   k_transposed: bool = False) -> Task:
-    """softmax(q @ k^T * (1/sqrt(D)) [+ mask] [+ causal]) @ v, as BERT-style exports spell it."""
+                   k_transposed: bool = False, packed_heads: bool = False) -> Task:
+    """softmax(q @ k^T * (1/sqrt(D)) [+ mask] [+ causal]) @ v, as BERT-style exports spell it.
+    packed_heads: q, k, v arrive as (B, S, H, D) and the output leaves as one, through the
+    head-split and merge Transposes a backend with folds_attention_transposes folds in."""
     builder = GraphBuilder("attention", dtype)
     sk = seq if seq_kv is None else seq_kv
     if causal and sk < seq:
         raise SyntheticTaskError(f"causal attention needs seq_kv >= seq (got {sk} < {seq})")
-    q = builder.input("q", (batch, heads, seq, head_dim))
-    if k_transposed:
+
+    def operand(name: str, shape: tuple[int, int, int, int]) -> str:
+        """(B, H, X, Y) as given, or split from a (B, X, H, Y) buffer by a Transpose."""
+        if not packed_heads:
+            return builder.input(name, shape)
+        buffer = builder.input(name, (shape[0], shape[2], shape[1], shape[3]))
+        return builder.op("Transpose", [buffer], shape, perm=[0, 2, 1, 3])
+
+    q = operand("q", (batch, heads, seq, head_dim))
+    if k_transposed and packed_heads:
+        buffer = builder.input("k", (batch, sk, heads, head_dim))
+        kt = builder.op("Transpose", [buffer], (batch, heads, head_dim, sk), perm=[0, 2, 3, 1])
+    elif k_transposed:
         kt = builder.input("k", (batch, heads, head_dim, sk))
     else:
-        k = builder.input("k", (batch, heads, sk, head_dim))
+        k = operand("k", (batch, heads, sk, head_dim))
         kt = builder.op("Transpose", [k], (batch, heads, head_dim, sk), perm=[0, 1, 3, 2])
-    v = builder.input("v", (batch, heads, sk, head_dim))
+    v = operand("v", (batch, heads, sk, head_dim))
     scores_shape = (batch, heads, seq, sk)
     scores = builder.op("MatMul", [q, kt], scores_shape)
     scores = builder.op("Mul", [scores, builder.constant(1.0 / math.sqrt(head_dim))], scores_shape)
@@ -160,7 +173,10 @@ def attention_task(batch: int, heads: int, seq: int, head_dim: int, dtype: str =
         lowest = ml_dtypes.finfo(dtype).min
         scores = builder.op("Add", [scores, builder.constant(np.where(allowed, 0.0, lowest))], scores_shape)
     probs = builder.op("Softmax", [scores], scores_shape, axis=-1)
-    return builder.task(builder.op("MatMul", [probs, v], (batch, heads, seq, head_dim)))
+    out = builder.op("MatMul", [probs, v], (batch, heads, seq, head_dim))
+    if packed_heads:
+        out = builder.op("Transpose", [out], (batch, seq, heads, head_dim), perm=[0, 2, 1, 3])
+    return builder.task(out, fold_attention_transposes=packed_heads)
 
 
 def softmax_task(rows: int, cols: int, dtype: str = "float32") -> Task:

@@ -11,7 +11,10 @@ Kinds and their kernel signatures (inputs in this order; graph layouts, kernels 
   bmm        a (B...,M,K), b (B...,K,N) -> (B...,M,N)          attrs: scale (float, 1.0 = none)
   attention  q (B,H,S,D), k (B,H,D,Sk) if k_transposed else (B,H,Sk,D), v (B,H,Sk,D),
              [mask broadcastable to (B,H,S,Sk), additive] -> (B,H,S,D)
-             attrs: scale, k_transposed, mask, causal
+             attrs: scale, k_transposed, mask, causal, [perms]: where the head-split and merge
+             Transposes are folded in (partition.py), q, k, v and the output are the buffers
+             around them, and operand i in the shapes above is buffer_i.permute(perms[i])
+             (() for none; order q, k, v, out), e.g. q (B,S,H,D) with perm (0,2,1,3)
   softmax    x (...,N) -> (...,N), over the last axis
   layernorm  x (...,N), gamma (N,), beta (N,) -> (...,N)       attrs: eps
   rmsnorm    x (...,N), gamma (N,) -> (...,N)                  attrs: eps

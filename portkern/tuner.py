@@ -125,6 +125,9 @@ Progress = Callable[[str], None]
 MAX_ROUNDS = 4  # proposer rounds per task: builtin first, then what rules / an LLM derive
 SEEDS_PER_TASK = 3  # nearest measured configurations enqueued ahead of each study's search
 E2E_NOISE = 0.03  # whole-model latency differences below this are noise
+# the kernels' winners together deliver at least this share of the gain their own times promise:
+# then no one of them is suspect and the one-by-one pass (a session per winner) is skipped
+E2E_DELIVERED = 0.8
 
 
 MIN_TIME_SHARE = 0.05  # of the time left: a task of small headroom still gets its seeded trials
@@ -229,15 +232,18 @@ def tune(model: str | Path, *, target: str, out: str | Path | None = None,
 
 def run_tune(model_path: Path, options: TuneOptions, out: Path | None,
              progress: Progress | None = None) -> TuneReport:
-    say = progress or (lambda line: None)
     if options.compile_workers < 0:
         raise PortkernError(f"--compile-workers must be 0 or more, not {options.compile_workers}")
     started = time.time()
+
+    def say(line: str) -> None:  # each line says when, in seconds since the tune started
+        if progress is not None:
+            progress(f"[{time.time() - started:6.1f} s] {line}")
     deadline = started + options.time_budget_s if options.time_budget_s else None
     graph = load_model(model_path, options.shapes)
-    tasks = partition(graph)
     target = load_target(options.target, options.backend)
     backend = get_backend(target)
+    tasks = partition(graph, backend.folds_attention_transposes)
     work_dir = _prepare_work_dir(options, out)
     storage = options.storage or f"sqlite:///{(work_dir / 'study.db').resolve()}"
     log = RecordLog(work_dir / "records.jsonl")
@@ -287,7 +293,11 @@ def run_tune(model_path: Path, options: TuneOptions, out: Path | None,
             task_started = time.time()
             outcomes.append(_tune_task(task, profile, backend, runner, pool, proposers, budget[task.key],
                                        task_deadline, storage, log, store, catalog, options, say))
-            outcomes[-1].wall_seconds = time.time() - task_started
+            done = outcomes[-1]
+            done.wall_seconds = time.time() - task_started
+            result = done.result
+            say(f"    {done.status}: {result.measured if result else 0} trials in {done.wall_seconds:.1f} s"
+                f"{f' ({result.stop_reason})' if result and result.stop_reason else ''}")
     e2e = _end_to_end(model_path, graph, backend, target, outcomes, options, say)
     pack_path = None
     report = TuneReport(model=model_path.name, target=target.name, backend=target.backend,
@@ -319,8 +329,12 @@ def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, 
     def on_trial(task: Task, record: TrialRecord, best: TrialRecord | None, n: int, budget: int) -> None:
         best_text = f"best {_ms(best.seconds)} ({best.floor_fraction:.0%} of floor)" if best and \
             best.floor_fraction else "best n/a"
+        spent = ", ".join(f"{name} {seconds:.1f}" for name, seconds in
+                          [("build", record.artifact_meta.get("compile_s", 0.0)), *record.phases.items()]
+                          if seconds >= 0.05)
         say(f"    trial {n}/{budget} {record.variant} {record.status:<13} "
-            f"{_ms(record.seconds) if record.seconds else record.reason[:60]:<24} {best_text}")
+            f"{_ms(record.seconds) if record.seconds else record.reason[:60]:<24} {best_text}"
+            f"{f'  [{spent} s]' if spent else ''}")
 
     while remaining > 0 and feedback.round < MAX_ROUNDS:
         new: list[Variant] = []
@@ -426,10 +440,18 @@ def _end_to_end(model_path: Path, graph: Graph, backend: Backend, target: Target
     expected = dict(zip(output_names, ort_session.run(None, feeds)))
     tolerance = _e2e_tolerance(graph, options)
 
+    sessions: dict[frozenset[str], Session] = {}
+
     def session_with(kept: list[TaskOutcome]) -> Session:
-        entries = {o.profile.task.key: _entry(o, graph) for o in kept}
-        return Session(graph, Pack(target={"name": target.name, "backend": target.backend},
-                                   fingerprint=backend.fingerprint(), entries=entries), source=model_path)
+        """The model with these winners; one session per set (building one loads every kernel,
+        moves the weights and captures a CUDA graph: seconds on a GPU)."""
+        keys = frozenset(o.profile.task.key for o in kept)
+        if keys not in sessions:
+            entries = {o.profile.task.key: _entry(o, graph) for o in kept}
+            sessions[keys] = Session(graph, Pack(target={"name": target.name, "backend": target.backend},
+                                                 fingerprint=backend.fingerprint(), entries=entries),
+                                     source=model_path)
+        return sessions[keys]
 
     # onnxruntime pools spin after a run; on a device backend nothing of the host's waits to go idle
     pause_s = RUNNER_PAUSE_S if backend.host_memory else 0.0
@@ -464,7 +486,12 @@ def _end_to_end(model_path: Path, graph: Graph, backend: Backend, target: Target
         say(f"end-to-end: {culprit.profile.task.label} breaks the model output: dropped")
         kept.remove(culprit)
         error, session = check(kept)
+    delivered = False
     if kept and not backend.simulated:
+        delivered, gained, promised = _delivered(kept, faster_without(kept, []))
+        say(f"end-to-end: the {len(kept)} winners save {gained * 1e3:.3g} ms a run of the {promised * 1e3:.3g} ms "
+            f"their own times promise{'' if delivered else ': each is checked alone'}")
+    if kept and not backend.simulated and not delivered:
         # a kernel faster alone can still slow the model (it splits what the baseline runtime
         # fuses): one pass, each winner out in turn, dropped where the model runs faster without it
         for outcome in list(kept):
@@ -484,13 +511,14 @@ def _end_to_end(model_path: Path, graph: Graph, backend: Backend, target: Target
                 kept = []
         error, session = check(kept)
     repeats = 10
-    # the same runtime with no tuned kernel (the backend's baseline ops and glue) and onnxruntime,
-    # timed side by side with the pack in alternating rounds
+    # the same runtime with no tuned kernel (the backend's baseline ops and glue), timed side by
+    # side with the pack in alternating rounds; and onnxruntime where it runs on the same device
+    # (on a GPU target, onnxruntime's CPU run is the reference, seconds a run: not a competitor)
     baseline_session = session_with([])
-    times = interleaved_latency({"portkern": lambda: session.run(feeds),
-                                 "backend_baseline": lambda: baseline_session.run(feeds),
-                                 "onnxruntime_cpu": lambda: ort_session.run(None, feeds)},
-                                repeats=repeats, synchronize=backend.synchronize, pause_s=pause_s)
+    runners = {"portkern": lambda: session.run(feeds), "backend_baseline": lambda: baseline_session.run(feeds)}
+    if backend.host_memory:
+        runners["onnxruntime_cpu"] = lambda: ort_session.run(None, feeds)
+    times = interleaved_latency(runners, repeats=repeats, synchronize=backend.synchronize, pause_s=pause_s)
     result = {
         "max_rel_l2_vs_onnxruntime": error, "tolerance": tolerance, "passed": error <= tolerance,
         "kernels_used": len(kept), "fallback_tasks": len(session.fallbacks),
@@ -498,14 +526,24 @@ def _end_to_end(model_path: Path, graph: Graph, backend: Backend, target: Target
         "method": f"median of {repeats} whole-model runs each, in alternating rounds after a warm-up, "
                   "host clock with the device synchronized, same process, same feeds",
     }
+    onnxruntime = f", onnxruntime {_ms(times['onnxruntime_cpu'])}" if "onnxruntime_cpu" in times else ""
     say(f"end-to-end: rel error vs onnxruntime {error:.2g} (tolerance {tolerance:g}); latency "
-        f"portkern {_ms(result['latency_seconds']['portkern'])}, onnxruntime "
-        f"{_ms(result['latency_seconds']['onnxruntime_cpu'])}, {backend.name} baseline ops "
-        f"{_ms(result['latency_seconds']['backend_baseline'])}")
+        f"portkern {_ms(times['portkern'])}{onnxruntime}, {backend.name} baseline ops "
+        f"{_ms(times['backend_baseline'])}")
     if error > tolerance:
         raise PortkernError(f"the model's output does not match onnxruntime even with no tuned kernel "
                             f"(rel error {error:.3g} > {tolerance:g}): a bug in portkern's executor")
     return result
+
+
+def _delivered(kept: list[TaskOutcome], timed: tuple[bool, float, float]) -> tuple[bool, float, float]:
+    """Whether the model with every winner gains at least E2E_DELIVERED of what the winners'
+    own times promise (per run: occurrences x (baseline - best)) against the baseline alone;
+    the gain and the promise, seconds per run."""
+    slower, with_them, alone = timed
+    promised = sum(o.profile.count * (o.profile.seconds - (o.best_seconds or o.profile.seconds)) for o in kept)
+    gained = alone - with_them
+    return not slower and promised > 0 and gained >= E2E_DELIVERED * promised, gained, promised
 
 
 def _entry(outcome: TaskOutcome, graph: Graph) -> PackEntry:
@@ -542,6 +580,7 @@ def print_summary(report: TuneReport, stream: Any = sys.stdout) -> None:
     e2e = report.end_to_end
     lat = e2e["latency_seconds"]
     print(f"\nwhole model: rel error vs onnxruntime {e2e['max_rel_l2_vs_onnxruntime']:.2g} "
-          f"(tolerance {e2e['tolerance']:g}); latency portkern {_ms(lat['portkern'])} | onnxruntime "
-          f"{_ms(lat['onnxruntime_cpu'])} | baseline ops {_ms(lat['backend_baseline'])}; "
+          f"(tolerance {e2e['tolerance']:g}); latency portkern {_ms(lat['portkern'])} | "
+          + (f"onnxruntime {_ms(lat['onnxruntime_cpu'])} | " if "onnxruntime_cpu" in lat else "")
+          + f"baseline ops {_ms(lat['backend_baseline'])}; "
           f"tuned in {report.wall_seconds:.0f} s", file=stream)

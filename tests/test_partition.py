@@ -119,6 +119,31 @@ def test_bert_gemm_flops_by_hand_and_synthetic_keys(bert: dict[int, Graph]) -> N
                                                      k_transposed=True).key
 
 
+def test_bert_head_transposes_fold_into_attention(bert: dict[int, Graph]) -> None:
+    """For a backend whose kernels read strides, the head split of q, k, v and the merge of the
+    output are the attention task's: no Transpose is left as glue, the task reads the projections'
+    (B, S, H, D) buffers, its key is the synthetic packed twin's, and the model with every task
+    run by its reference still equals the plain run."""
+    graph = bert[14]
+    tasks = partition(graph, fold_attention_transposes=True)
+    attentions = _by_kind(tasks, "attention")
+    assert len(attentions) == LAYERS and "Transpose" not in _glue_ops(graph, tasks)
+    d = HIDDEN // HEADS
+    for attention in attentions:
+        assert [spec.shape for spec in attention.inputs[:3]] == [(BATCH, SEQ, HEADS, d)] * 3
+        assert attention.outputs[0].shape == (BATCH, SEQ, HEADS, d)
+        assert attention.attr("perms") == ((0, 2, 1, 3), (0, 2, 3, 1), (0, 2, 1, 3), (0, 2, 1, 3))
+    assert attentions[0].key == synthetic.attention_task(BATCH, HEADS, SEQ, d, mask=True, k_transposed=True,
+                                                         packed_heads=True).key
+    assert [task.key for task in tasks if task.kind != "attention"] == \
+        [task.key for task in partition(graph) if task.kind != "attention"]
+    feeds = random_feeds(graph, seed=4)
+    plain = run_graph(graph, feeds)
+    swapped = _run_with_references(graph, tasks, feeds)
+    for name in graph.outputs:
+        np.testing.assert_allclose(swapped[name], plain[name], rtol=1e-5, atol=1e-5)
+
+
 def test_layernorm_primitive_and_op_forms_are_one_workload(bert: dict[int, Graph]) -> None:
     primitive, op_form = partition(bert[14]), partition(bert[17])
     primitive_norms = _by_kind(primitive, "layernorm")

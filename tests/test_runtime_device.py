@@ -226,7 +226,8 @@ def test_bert_on_the_device_matches_onnxruntime(backend: TritonBackend, tmp_path
     assert session.kernels and session.baselines and session.pieces
     assert not session.host_fallbacks and session.cuda_graph_error is None
     glue_ops = {node.op_type for stretch, _ in session.pieces for node in stretch}
-    assert glue_ops >= {"Reshape", "Transpose", "Gather"}
+    # the head split/merge Transposes are the attention task's (its baseline reads them as views)
+    assert glue_ops >= {"Reshape", "Gather"} and "Transpose" not in glue_ops
     reference = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     for seed in (1, 2):
         feeds = random_feeds(graph, seed=seed)

@@ -144,6 +144,30 @@ def test_a_compile_pool_builds_ahead_and_failures_stay_trials(backend, tmp_path:
     assert len(keys) == len(set(keys))  # built ahead, still never measured twice
 
 
+def test_a_search_that_stops_early_gives_its_compile_workers_back(backend, tmp_path: Path) -> None:
+    """Builds still in flight when a search stops (no gain, deadline) are dropped, not leaked:
+    the next task's search gets every compile worker back and measures its full budget."""
+    from portkern.search.worker import CompilePool, IsolatedRunner
+
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    target = backend.target
+    with IsolatedRunner(target, 120, tmp_path / "scratch") as runner, \
+            CompilePool(target, 2, 120, tmp_path / "scratch") as pool:
+        def search(task, options):
+            return search_workload(task, backend.variants(task), runner, storage=storage,
+                                   log=RecordLog(tmp_path / "r.jsonl"), store=ArtifactStore(tmp_path / "artifacts"),
+                                   floor_seconds=floor_seconds(task, target), backend=backend.name,
+                                   options=options, gate=GATE, measure=FAST, pool=pool)
+        first = search(softmax_task(4, 100, "float32"), SearchOptions(trials=20, patience=1))
+        assert first.stop_reason.startswith("no gain")
+        waited = time.time() + 60  # the dropped build finishes (seconds in the interpreter)
+        while pool.free() < 2 and time.time() < waited:
+            time.sleep(0.1)
+        assert pool.free() == 2
+        second = search(softmax_task(8, 60, "float32"), SearchOptions(trials=4, patience=100))
+        assert second.measured == 4 and second.stop_reason.startswith("trial budget")
+
+
 def _efficiency_benchmark():
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "search" / "efficiency.py"
     spec = importlib.util.spec_from_file_location("efficiency", script)
@@ -219,3 +243,20 @@ def test_variant_allocator_balances_variants_then_drops_the_clear_losers() -> No
         name = allocator.next()
         assert name != "slow"
         measure(name, {"fast": 1.0, "broken": None}[name])
+
+
+def test_the_one_by_one_model_check_is_skipped_only_when_the_winners_deliver() -> None:
+    """The whole model with every winner must save most of what the winners' own times promise
+    (occurrences x (baseline - best)) before the per-winner sessions are skipped."""
+    from types import SimpleNamespace
+
+    from portkern.tuner import _delivered
+
+    def winner(count: int, baseline: float, best: float) -> SimpleNamespace:
+        return SimpleNamespace(profile=SimpleNamespace(count=count, seconds=baseline), best_seconds=best)
+
+    kept = [winner(12, 50e-6, 40e-6), winner(36, 25e-6, 15e-6)]  # promise 0.12 + 0.36 = 0.48 ms a run
+    assert _delivered(kept, (False, 2.0e-3, 2.45e-3))[0]  # 0.45 ms saved
+    ok, gained, promised = _delivered(kept, (False, 2.0e-3, 2.2e-3))  # 0.2 ms: someone is not delivering
+    assert not ok and abs(gained - 0.2e-3) < 1e-12 and abs(promised - 0.48e-3) < 1e-12
+    assert not _delivered(kept, (True, 2.5e-3, 2.0e-3))[0]  # slower with them

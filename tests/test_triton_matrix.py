@@ -51,6 +51,9 @@ CASES: dict[str, list[Callable[[str], Task]]] = {
         lambda dt: synthetic.attention_task(2, 1, 9, 24, dt, seq_kv=21, mask=True, causal=True),
         lambda dt: synthetic.attention_task(1, 2, 17, 8, dt, k_transposed=True, mask=True),
         lambda dt: synthetic.attention_task(2, 2, 3, 16, dt, seq_kv=150, mask=True, causal=True),
+        # BERT's head split and merge folded in: (B, S, H, D) buffers read through strides
+        lambda dt: synthetic.attention_task(2, 3, 13, 16, dt, k_transposed=True, mask=True, packed_heads=True),
+        lambda dt: synthetic.attention_task(1, 2, 5, 24, dt, seq_kv=70, causal=True, packed_heads=True),
     ],
     "conv2d": [
         lambda dt: synthetic.conv2d_task(2, 5, 9, 7, 6, 3, 3, dt, pad=1, activation="relu"),

@@ -137,6 +137,9 @@ class Backend(ABC):
     allowed_imports: ClassVar[frozenset[str]] = frozenset()
     # buffers live in host memory and view() shares it: the runtime then skips copies
     host_memory: ClassVar[bool] = False
+    # attention kernels read q, k, v and write the output through strides: partition then folds
+    # the head split/merge Transposes into the attention task (no copies; tasks.py, perms)
+    folds_attention_transposes: ClassVar[bool] = False
     # False in a compile worker: compile() must launch nothing, since another process is timing
     # a kernel on the same device (a JIT that builds on first run builds without running)
     compile_launches: bool = True

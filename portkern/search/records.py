@@ -78,6 +78,9 @@ class TrialRecord:
     measurement: Measurement | None = None
     floor_seconds: float | None = None
     wall_seconds: float = 0.0  # tuning time this trial cost
+    # where that time went, seconds: wait (for the compile pool's build), load, verify, time
+    # (the build itself is artifact_meta's compile_s)
+    phases: dict[str, float] = field(default_factory=dict)
     number: int = -1  # the Optuna trial number
 
     def __post_init__(self) -> None:

@@ -167,10 +167,17 @@ def _measure(item: _InFlight, runner: Runner, pool: CompilePool | None,
     if item.ticket is None:
         return runner.run(item.job)
     assert pool is not None  # a ticket is the pool's
+    waited = time.perf_counter()
     artifact, status, reason = pool.collect(item.ticket)
+    waited = time.perf_counter() - waited
     if artifact is None:
-        return item.job.record(backend, status, reason), None
-    return runner.run(replace(item.job, artifact=artifact))
+        record = item.job.record(backend, status, reason)
+        record.wall_seconds = waited
+        return record, None
+    record, artifact = runner.run(replace(item.job, artifact=artifact))
+    record.phases["wait"] = waited
+    record.wall_seconds += waited
+    return record, artifact
 
 
 def _stop_reason(result: SearchResult, options: SearchOptions, floor_seconds: float, since_gain: int,
@@ -287,6 +294,8 @@ def search_workload(task: Task, variants: Sequence[Variant], runner: Runner, *,
     while True:
         reason, finish_in_flight = _stop_reason(result, options, floor_seconds, since_gain,
                                                 consecutive_duplicates, len(pending), space_size(variants))
+        if pool is not None and reason is None and not pending:
+            pool.wait_idle()  # every worker still finishing an earlier search's abandoned build
         room = pool.idle() if pool is not None else not pending
         if reason is None and room:
             if allocator is not None:  # TPE then samples the chosen variant's parameters
@@ -321,6 +330,8 @@ def search_workload(task: Task, variants: Sequence[Variant], runner: Runner, *,
         if reason is not None and not finish_in_flight:
             for item in pending:  # stopped for good: what is still building is not measured
                 study.tell(item.trial, state=optuna.trial.TrialState.FAIL)
+                if pool is not None and item.ticket is not None:
+                    pool.abandon(item.ticket)
             pending.clear()
         if not pending:
             result.stop_reason = reason or ""

@@ -87,17 +87,25 @@ def execute_trial(backend: Backend, job: TrialJob) -> tuple[TrialRecord, Artifac
         record.wall_seconds = time.perf_counter() - start
         return record, artifact
 
+    def phase(name: str, since: float) -> float:
+        now = time.perf_counter()
+        record.phases[name] = now - since
+        return now
+
     artifact = job.artifact
     if artifact is None:
         artifact, status, reason = build_candidate(backend, job)
         if artifact is None:
             return finish(status, reason)
     record.artifact_meta = dict(artifact.meta)
+    mark = time.perf_counter()
     try:
         program = backend.load(artifact, task)
     except Exception as exc:
         return finish("compile_error", _build_failure(exc))
+    mark = phase("load", mark)
     record.verdict = verify(backend, program, task, candidate.variant.precision, job.gate)
+    mark = phase("verify", mark)
     if not record.verdict.passed:
         status = "runtime_error" if record.verdict.reason.startswith("runtime error") else "rejected"
         return finish(status, record.verdict.reason)
@@ -105,6 +113,7 @@ def execute_trial(backend: Backend, job: TrialJob) -> tuple[TrialRecord, Artifac
         record.measurement = time_program(backend, program, task, job.measure)
     except Exception as exc:
         return finish("runtime_error", f"while timing: {_first_line(exc)}")
+    phase("time", mark)
     too_fast = floor_violation(record.measurement.median, job.floor_seconds)
     if too_fast:
         return finish("rejected", too_fast)
@@ -200,13 +209,17 @@ class IsolatedRunner:
         self._submitted = time.perf_counter()
         self._conn.send((kind, job))
 
-    def collect(self) -> tuple[str, Any]:
+    def collect(self, wait: bool = True) -> tuple[str, Any] | None:
         """('result', payload), or ('failed', (status, reason)) after a death or the time limit
-        (the worker is then stopped; the next job starts a fresh one)."""
+        (the worker is then stopped; the next job starts a fresh one). wait=False: None while the
+        job is still within its time limit and unfinished."""
         assert self._conn is not None
         try:
-            if self._conn.poll(max(0.0, self.timeout_s - (time.perf_counter() - self._submitted))):
+            left = max(0.0, self.timeout_s - (time.perf_counter() - self._submitted))
+            if self._conn.poll(left if wait else 0.0):
                 return self._conn.recv()
+            if not wait and left > 0:
+                return None
         except (EOFError, OSError):
             code = None
             if self._process is not None:
@@ -219,7 +232,9 @@ class IsolatedRunner:
 
     def run(self, job: TrialJob) -> tuple[TrialRecord, Artifact | None]:
         self.submit("trial", job)
-        kind, payload = self.collect()
+        collected = self.collect()
+        assert collected is not None  # a waiting collect always returns
+        kind, payload = collected
         if kind == "result":
             return payload
         status, reason = payload
@@ -277,14 +292,40 @@ class CompilePool:
         self.workers = [IsolatedRunner(target, timeout_s, Path(scratch) / f"compile-{i}", compile_only=True)
                         for i in range(workers)]
         self._idle = list(range(workers))
+        self._abandoned: list[int] = []  # building a candidate nobody will measure
 
     def start(self) -> None:
         """Spawn every worker without waiting (see IsolatedRunner.start)."""
         for worker in self.workers:
             worker.start()
 
+    def free(self) -> int:
+        """Workers free now (abandoned builds that finished free theirs)."""
+        self._reap(wait=False)
+        return len(self._idle)
+
     def idle(self) -> bool:
-        return bool(self._idle)
+        return self.free() > 0
+
+    def wait_idle(self) -> None:
+        """Block until a worker is free: the oldest abandoned build finishes or hits its limit."""
+        while not self.idle():
+            self._reap(wait=True)
+
+    def abandon(self, ticket: int) -> None:
+        """The candidate building on this ticket will not be measured (a search stopped): its
+        result is dropped when it arrives, and the worker returns to the pool then. Without
+        this, a search that stops with builds in flight would take those workers from every
+        later search."""
+        self._abandoned.append(ticket)
+
+    def _reap(self, wait: bool) -> None:
+        for ticket in list(self._abandoned):
+            if self.workers[ticket].collect(wait=wait) is not None:
+                self._abandoned.remove(ticket)
+                self._idle.append(ticket)
+                if wait:
+                    return
 
     def submit(self, job: TrialJob) -> int:
         """Start building the job's candidate on an idle worker; the ticket collects it."""
@@ -293,7 +334,9 @@ class CompilePool:
         return ticket
 
     def collect(self, ticket: int) -> Built:
-        kind, payload = self.workers[ticket].collect()
+        collected = self.workers[ticket].collect()
+        assert collected is not None  # a waiting collect always returns
+        kind, payload = collected
         self._idle.append(ticket)
         if kind == "result":
             return payload

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -63,7 +64,17 @@ def _attention(task: Task) -> Compute:
     scale = float(task.attr("scale", 1.0))
     k_transposed, has_mask = task.attr("k_transposed", False), task.attr("mask", False)
     causal = task.attr("causal", False)
+    perms = task.attr("perms") or ((),) * 4  # folded head split/merge: views, as a torch user writes
+    sdpa = _sdpa(scale, k_transposed, has_mask, causal)
 
+    def compute(inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+        views = [x.permute(*perm) if perm else x for x, perm in zip(inputs[:3], perms)]
+        out = sdpa([*views, *inputs[3:]])
+        return out.permute(*[int(axis) for axis in np.argsort(perms[3])]) if perms[3] else out
+    return compute
+
+
+def _sdpa(scale: float, k_transposed: bool, has_mask: bool, causal: bool) -> Compute:
     def compute(inputs: Sequence[torch.Tensor]) -> torch.Tensor:
         q, k, v = inputs[:3]
         if k_transposed:

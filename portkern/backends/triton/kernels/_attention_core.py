@@ -7,8 +7,20 @@ def _block_d(head_dim):
     return max(16, triton.next_power_of_2(head_dim))
 
 
+def _perm(task, index):
+    """Operand `index` (q, k, v, out) as the kernel reads it: its buffer permuted (tasks.py)."""
+    perms = task.attr("perms")
+    return tuple(perms[index]) if perms and perms[index] else (0, 1, 2, 3)
+
+
+def _logical(task, index):
+    """The (B, H, ...) shape of operand `index` (q, k, v, out)."""
+    spec = task.inputs[index] if index < 3 else task.outputs[0]
+    return tuple(spec.shape[axis] for axis in _perm(task, index))
+
+
 def _head_dim_problem(task):
-    head_dim = task.inputs[0].shape[-1]
+    head_dim = _logical(task, 0)[-1]
     if head_dim > MAX_HEAD_DIM:
         return f"head dim {head_dim} > {MAX_HEAD_DIM} does not fit one tile"
     return None
@@ -17,7 +29,7 @@ def _head_dim_problem(task):
 def _register_problem(task, config, target):
     """The fp32 accumulator and the score tile live in registers."""
     threads = config["num_warps"] * target.profile.warp_size
-    per_thread = (config["BLOCK_M"] * (_block_d(task.inputs[0].shape[-1]) + config["BLOCK_N"])) // threads
+    per_thread = (config["BLOCK_M"] * (_block_d(_logical(task, 0)[-1]) + config["BLOCK_N"])) // threads
     if per_thread > 160:
         return f"{per_thread} fp32 registers a thread for the accumulator and scores would spill"
     return None
@@ -25,7 +37,7 @@ def _register_problem(task, config, target):
 
 def _attention_shared_memory(task, config):
     itemsize = 4 if task.dtype == "float32" else 2
-    block_d = _block_d(task.inputs[0].shape[-1])
+    block_d = _block_d(_logical(task, 0)[-1])
     return itemsize * block_d * (config["BLOCK_M"] + 2 * max(1, config["num_stages"]) * config["BLOCK_N"])
 
 
@@ -38,10 +50,12 @@ def _strides4(t, shape4):
 
 
 class _AttentionProblem:
-    """q, k, v, mask of an attention task as kernel arguments (k_transposed as a stride swap)."""
+    """q, k, v, mask and out of an attention task as kernel arguments: k_transposed is a stride
+    swap, folded head-split/merge Transposes (perms) are permuted views of the buffers."""
 
-    def __init__(self, task, inputs):
-        q, k, v = inputs[0], inputs[1], inputs[2]
+    def __init__(self, task, inputs, outputs):
+        q, k, v = (inputs[i].permute(*_perm(task, i)) for i in range(3))
+        self.out = outputs[0].permute(*_perm(task, 3))
         self.batch, self.heads, self.seq, self.head_dim = q.shape
         self.seq_kv = v.shape[2]
         k_strides = k.stride()

@@ -3,7 +3,8 @@
 A program owns BLOCK_M query rows of one (batch, head) and walks the keys BLOCK_N at a time with
 an online softmax (running max and sum, rescaled in the exp2 domain), so the S x Sk score matrix
 never reaches memory. The mask is additive and broadcast through zero strides; causal masking is
-bottom-right aligned and skips key blocks that are fully masked; k_transposed is a stride swap.
+bottom-right aligned and skips key blocks that are fully masked; k_transposed and the folded
+head-split/merge Transposes (perms) are strides.
 fp32 inputs use exact fp32 products; fp16/bf16 feed the probabilities to the second product in
 the input dtype.
 """
@@ -55,8 +56,8 @@ def _flash_attention(q_ptr, k_ptr, v_ptr, mask_ptr, o_ptr, H, S, SK, D, scale_lo
 
 
 def launch(task, config, inputs, outputs):
-    p = _AttentionProblem(task, inputs)
-    out = outputs[0]
+    p = _AttentionProblem(task, inputs, outputs)
+    out = p.out
     grid = (triton.cdiv(p.seq, config["BLOCK_M"]), p.batch * p.heads)
     _flash_attention[grid](*p.tensors[:3], p.mask, out, p.heads, p.seq, p.seq_kv, p.head_dim, p.scale_log2,
                            *p.strides, *out.stride(), BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"],

@@ -5,7 +5,7 @@ Here SPLITS programs share the keys of each (query block, head): each runs the s
 softmax over its key chunk and writes its unnormalised output, running max and running sum to a
 workspace (`scratch`); a second pass merges the splits in order, rescaling each to the common
 max. Deterministic, no atomics. A split with no visible key (short Sk, causal) contributes
-nothing. Mask, causal and k_transposed as in attention_flash.
+nothing. Mask, causal, k_transposed and perms as in attention_flash.
 """
 import math
 
@@ -27,7 +27,7 @@ def _chunk(seq_kv, splits, block_n):
 
 
 def constraints(task, config, target):
-    seq = task.inputs[0].shape[2]
+    seq = _logical(task, 0)[2]
     if seq > MAX_QUERIES:
         return f"{seq} queries fill the machine without splitting the keys (at most {MAX_QUERIES})"
     return _head_dim_problem(task) or _register_problem(task, config, target)
@@ -38,7 +38,7 @@ def shared_memory(task, config):
 
 
 def scratch(task, config):
-    batch, heads, seq, head_dim = task.inputs[0].shape
+    batch, heads, seq, head_dim = _logical(task, 0)
     rows = batch * heads * seq
     return [((config["SPLITS"], rows, head_dim), "float32"), ((config["SPLITS"], rows), "float32"),
             ((config["SPLITS"], rows), "float32")]
@@ -102,8 +102,8 @@ def _attention_merge(acc_ptr, max_ptr, sum_ptr, o_ptr, H, S, D, so_b, so_h, so_s
 
 
 def launch(task, config, inputs, outputs):
-    p = _AttentionProblem(task, inputs)
-    out, acc, row_max, row_sum = outputs[0], outputs[1], outputs[2], outputs[3]
+    p = _AttentionProblem(task, inputs, outputs)
+    out, acc, row_max, row_sum = p.out, outputs[1], outputs[2], outputs[3]
     splits, block_m = config["SPLITS"], config["BLOCK_M"]
     blocks = triton.cdiv(p.seq, block_m)
     _attention_split[(blocks, p.batch * p.heads, splits)](
