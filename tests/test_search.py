@@ -260,3 +260,17 @@ def test_the_one_by_one_model_check_is_skipped_only_when_the_winners_deliver() -
     ok, gained, promised = _delivered(kept, (False, 2.0e-3, 2.2e-3))  # 0.2 ms: someone is not delivering
     assert not ok and abs(gained - 0.2e-3) < 1e-12 and abs(promised - 0.48e-3) < 1e-12
     assert not _delivered(kept, (True, 2.5e-3, 2.0e-3))[0]  # slower with them
+
+
+def test_the_deadline_outranks_a_trial_budget_filled_by_builds_in_flight() -> None:
+    """With a compile pool as many trials as the budget may be in flight at once: past the
+    deadline they are dropped, not finished (a slow-to-verify task once ran 28 s past it)."""
+    from portkern.search.strategy import SearchResult, _stop_reason
+
+    task = softmax_task(4, 100, "float32")
+    late = SearchOptions(trials=8, deadline=time.time() - 1.0)
+    assert _stop_reason(SearchResult(task=task, best=None, artifact=None), late, 1e-6, 0, 0, 8, 100) == \
+        ("time budget spent", False)
+    on_time = SearchOptions(trials=8, deadline=time.time() + 60.0)
+    reason, finish = _stop_reason(SearchResult(task=task, best=None, artifact=None), on_time, 1e-6, 0, 0, 8, 100)
+    assert reason.startswith("trial budget") and finish

@@ -184,10 +184,11 @@ def _stop_reason(result: SearchResult, options: SearchOptions, floor_seconds: fl
                  consecutive_duplicates: int, in_flight: int, size: int) -> tuple[str | None, bool]:
     """Why no further trial starts (None: go on), and whether the trials in flight still finish."""
     best = result.best
-    if result.measured + in_flight >= options.trials:
-        return f"trial budget ({options.trials}) spent", True
+    # the deadline first: a budget filled by trials still building must not outlast it
     if options.deadline is not None and time.time() >= options.deadline:
         return "time budget spent", False
+    if result.measured + in_flight >= options.trials:
+        return f"trial budget ({options.trials}) spent", True
     if best is not None and best.seconds is not None and floor_seconds > 0 \
             and best.seconds <= floor_seconds * (1 + options.floor_margin):
         return f"within {options.floor_margin:.0%} of the roofline floor", False
