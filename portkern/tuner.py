@@ -31,7 +31,7 @@ from .priors import Measured, load_priors, nearest_configs
 from .profile import TaskProfile, baseline_program, profile_tasks
 from .search.proposers import BuiltinProposer, Feedback, Proposer, RulesProposer
 from .search.records import Measurement, RecordLog, TrialRecord
-from .search.strategy import ArtifactStore, SearchOptions, SearchResult, fits_space, search_workload
+from .search.strategy import ArtifactStore, SearchOptions, SearchResult, fits_space, model_ranked, search_workload
 from .search.worker import CompilePool, InProcessRunner, IsolatedRunner
 from .tasks import Task
 from .verify import GateOptions, admit_task
@@ -346,7 +346,8 @@ def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, 
         if not new:
             break
         feedback.library.update({v.name: v for v in new})
-        seeds = catalog.nearest(task, log, feedback.library)
+        # the cost model's best first (a simulated backend), then configurations measured nearby
+        seeds = [*model_ranked(backend, task, new), *catalog.nearest(task, log, feedback.library)]
         if total.best is not None:
             seeds.append(Candidate.of(feedback.library[total.best.variant], total.best.config))
         # the first round spends most of the budget; later rounds search what proposers derived

@@ -298,6 +298,24 @@ def test_fingerprint_and_modeled_time_come_from_the_cost_model(npu: NpuBackend) 
     assert artifact.meta["modeled"]["simulated"] is True
 
 
+def test_the_cost_model_ranks_the_space_before_anything_runs(npu: NpuBackend) -> None:
+    """predicted_seconds is the time a trial would report, None where check() says no; the
+    model-ranked seeds are the fastest valid configurations of the whole space, best first."""
+    from portkern.search.strategy import all_configs, model_ranked
+
+    task = layernorm_task(256, 768, "float16")
+    (variant,) = npu.variants(task)
+    program = npu.load(npu.compile(_candidate(npu, task), task), task)
+    assert npu.predicted_seconds(_candidate(npu, task), task) == npu.modeled_seconds(program)
+    times = [(npu.predicted_seconds(Candidate.of(variant, c), task), c) for c in all_configs(variant)]
+    valid = sorted(t for t, _ in times if t is not None)
+    assert any(t is None and npu.check(Candidate.of(variant, c), task) for t, c in times)
+    seeds = model_ranked(npu, task, [variant], count=3)
+    assert [npu.predicted_seconds(c, task) for c in seeds] == valid[:3]
+    triton = get_backend(load_target("h200"))
+    assert model_ranked(triton, task, triton.variants(task)) == []  # real hardware: no model, no ranking
+
+
 # --- the simulator ------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -188,6 +188,12 @@ class Backend(ABC):
         """A simulated backend's time for one run of the program (its clock); None if real."""
         return None
 
+    def predicted_seconds(self, candidate: Candidate, task: Task) -> float | None:
+        """The time a candidate will be given, known without building or running it: on a
+        simulated backend its cost model (the number its trial reports, once the gate passes),
+        None for a configuration check() rejects. None on real hardware: only running tells."""
+        return None
+
     # --- buffers (default: host numpy arrays) -----------------------------------------------
     def to_device(self, array: np.ndarray) -> Any:
         return np.array(array, copy=True)

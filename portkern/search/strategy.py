@@ -15,6 +15,7 @@ import os
 import socket
 import json
 import math
+import random
 import time
 import warnings
 from collections import deque
@@ -24,7 +25,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 import optuna
 
-from ..backends.base import Artifact, Candidate, Variant
+from ..backends.base import Artifact, Backend, Candidate, Variant
 from ..measure import MeasureOptions
 from ..verify import GateOptions
 from ..tasks import Task
@@ -77,6 +78,34 @@ def all_configs(variant: Variant) -> Iterable[dict[str, Any]]:
     names = list(variant.space)
     for values in itertools.product(*(variant.space[n] for n in names)):
         yield dict(zip(names, values))
+
+
+MODEL_RANKED_SEEDS = 3  # the cost model's best configurations tried first, where there is one
+MAX_RANKED = 20_000  # configurations ranked at most per task (a seeded sample of a larger space)
+
+
+def model_ranked(backend: Backend, task: Task, variants: Sequence[Variant],
+                 count: int = MODEL_RANKED_SEEDS, seed: int = 0) -> list[Candidate]:
+    """Where the backend knows a candidate's time before it runs (a simulated chip's cost model:
+    Backend.predicted_seconds), the `count` configurations it ranks fastest, best first: seeds,
+    so the slow part of a trial (the gate, in an interpreter there) is spent on them first. Every
+    one still passes the gate before its time counts. Empty for a backend without a model."""
+    if all(backend.predicted_seconds(Candidate.of(v, v.default), task) is None for v in variants):
+        return []
+    rng = random.Random(seed)
+    share = max(1, MAX_RANKED // max(1, len(variants)))
+    ranked: list[tuple[float, int, Candidate]] = []
+    for variant in variants:
+        size = math.prod(len(choices) for choices in variant.space.values())
+        configs: Iterable[dict[str, Any]] = all_configs(variant) if size <= share else (
+            {name: rng.choice(choices) for name, choices in variant.space.items()} for _ in range(share))
+        for config in configs:
+            candidate = Candidate.of(variant, config)
+            predicted = backend.predicted_seconds(candidate, task)
+            if predicted is not None:
+                ranked.append((predicted, len(ranked), candidate))
+    ranked.sort(key=lambda item: item[:2])
+    return [candidate for _, _, candidate in ranked[:count]]
 
 
 def fits_space(variant: Variant, config: Mapping[str, Any]) -> bool:

@@ -138,6 +138,12 @@ class NpuBackend(Backend):
     def modeled_seconds(self, program: Program) -> float | None:
         return program.estimate.seconds if isinstance(program, NpuProgram) else None
 
+    def predicted_seconds(self, candidate: Candidate, task: Task) -> float | None:
+        try:
+            return self._checked(candidate, task)[1].seconds
+        except CompileError:
+            return None
+
     # --- buffers: torch CPU tensors (the interpreter reads and writes them in place) -------------
     def to_device(self, array: np.ndarray) -> Any:
         return torch.from_numpy(np.array(array, copy=True))

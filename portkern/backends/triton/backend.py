@@ -247,7 +247,16 @@ class TritonBackend(Backend):
         return torch.full(spec.shape, fill, dtype=torch_dtype(spec.dtype), device=self.device)
 
     def copy_into(self, buffer: torch.Tensor, array: np.ndarray) -> None:
-        buffer.copy_(_host_tensor(array))
+        """One pageable copy straight from the array (no host copy first: copy_ from pageable
+        memory returns when the data is read). Staging through page-locked memory measured
+        slower on the H200 host (1.24 vs 0.85 ms for ResNet-50's input; host_copy_probe.py)."""
+        array = np.asarray(array)
+        if not (array.flags.c_contiguous and array.flags.writeable):
+            buffer.copy_(_host_tensor(array))
+        elif array.dtype.name == "bfloat16":
+            buffer.copy_(torch.from_numpy(array.view(np.int16)).view(torch.bfloat16))
+        else:
+            buffer.copy_(torch.from_numpy(array))
 
     def synchronize(self) -> None:
         if self.on_gpu:
