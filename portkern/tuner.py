@@ -346,13 +346,16 @@ def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, 
         if not new:
             break
         feedback.library.update({v.name: v for v in new})
-        # the cost model's best first (a simulated backend), then configurations measured nearby
-        seeds = [*model_ranked(backend, task, new), *catalog.nearest(task, log, feedback.library)]
+        # the cost model's best first (a simulated backend: no trial can beat it, so the search
+        # ends once one of them passes the gate), then configurations measured nearby
+        ranked = model_ranked(backend, task, new)
+        seeds = [*ranked, *catalog.nearest(task, log, feedback.library)]
         if total.best is not None:
             seeds.append(Candidate.of(feedback.library[total.best.variant], total.best.config))
         # the first round spends most of the budget; later rounds search what proposers derived
         share = remaining if feedback.round > 0 or len(proposers) == 1 else max(1, (remaining * 3) // 4)
-        search = SearchOptions(trials=share, deadline=deadline, seed=options.seed)
+        model_best = backend.predicted_seconds(ranked[0], task) if ranked else None
+        search = SearchOptions(trials=share, deadline=deadline, seed=options.seed, model_best_seconds=model_best)
         found = search_workload(task, new, runner, storage=storage, log=log, store=store,
                                 floor_seconds=profile.floor_seconds, backend=backend.name, options=search,
                                 seeds=seeds, gate=options.gate, measure=options.measure, progress=on_trial,
@@ -375,7 +378,7 @@ def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, 
         feedback.best = total.best
         feedback.best_source = feedback.library[total.best.variant].source if total.best else None
         feedback.round += 1
-        if found.stop_reason.startswith(("within", "time budget")):
+        if found.stop_reason.startswith(("within", "time budget", "at the cost model")):
             break
     result = total if feedback.library else None
     if result is None:

@@ -484,3 +484,8 @@ def test_tune_uses_the_modeled_clock(tmp_path: Path) -> None:
     records = [r for r in RecordLog(report.work_dir / "records.jsonl") if r.status == "ok"]
     assert records and all(r.measurement and r.measurement.simulated for r in records)
     assert all(r.measurement and r.artifact_meta["modeled"]["seconds"] == r.measurement.median for r in records)
+    # the cost model ranked each space first: its best passed the gate in the first trial, and the
+    # search stopped there (no trial of a modeled clock can beat the model's best)
+    for outcome in report.outcomes:
+        assert outcome.result is not None and outcome.result.stop_reason == "at the cost model's best of the space"
+        assert outcome.result.records[0].seconds == outcome.result.best.seconds

@@ -52,6 +52,9 @@ class SearchOptions:
     sampler: str = "tpe"  # tpe | random; small spaces are enumerated whatever this says
     seed: int = 0
     max_duplicates: int = 50  # consecutive already-measured samples: the space is exhausted
+    # stop once best <= this: the cost model's best of the space, where the backend's time is
+    # that model (model_ranked); None elsewhere
+    model_best_seconds: float | None = None
 
 
 @dataclass
@@ -216,11 +219,14 @@ def _stop_reason(result: SearchResult, options: SearchOptions, floor_seconds: fl
     # the deadline first: a budget filled by trials still building must not outlast it
     if options.deadline is not None and time.time() >= options.deadline:
         return "time budget spent", False
-    if result.measured + in_flight >= options.trials:
-        return f"trial budget ({options.trials}) spent", True
     if best is not None and best.seconds is not None and floor_seconds > 0 \
             and best.seconds <= floor_seconds * (1 + options.floor_margin):
         return f"within {options.floor_margin:.0%} of the roofline floor", False
+    if best is not None and best.seconds is not None and options.model_best_seconds is not None \
+            and best.seconds <= options.model_best_seconds:
+        return "at the cost model's best of the space", False
+    if result.measured + in_flight >= options.trials:
+        return f"trial budget ({options.trials}) spent", True
     if since_gain >= options.patience:
         return f"no gain in {options.patience} trials", False
     if consecutive_duplicates >= options.max_duplicates or \
