@@ -480,7 +480,10 @@ def test_tune_uses_the_modeled_clock(tmp_path: Path) -> None:
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
     report = portkern.tune(model, target="ascend910b", out=tmp_path / "npu.pkpack", trials=4, per_task_trials=2,
                            min_task_trials=2)
-    assert report.backend == "npu" and report.end_to_end["passed"]
+    assert report.backend == "npu" and report.end_to_end["passed"] and report.end_to_end["simulated"]
+    kept = [o for o in report.outcomes if o.status.startswith("kept")]
+    assert kept and report.end_to_end["latency_seconds"] == {
+        "portkern": sum(o.profile.count * o.best_seconds for o in kept)}  # modeled, never a host clock
     records = [r for r in RecordLog(report.work_dir / "records.jsonl") if r.status == "ok"]
     assert records and all(r.measurement and r.measurement.simulated for r in records)
     assert all(r.measurement and r.artifact_meta["modeled"]["seconds"] == r.measurement.median for r in records)
