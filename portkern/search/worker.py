@@ -138,7 +138,11 @@ def _serve(conn: Connection, target_name: str, backend_name: str, scratch: str, 
         if job is None:
             return
         kind, work = job
-        conn.send(("result", execute_trial(backend, work) if kind == "trial" else build_candidate(backend, work)))
+        result = execute_trial(backend, work) if kind == "trial" else build_candidate(backend, work)
+        try:
+            conn.send(("result", result))
+        except (BrokenPipeError, OSError):
+            return  # the tuner is gone (killed, interrupted): nobody to tell, nothing to print
 
 
 class IsolatedRunner:
