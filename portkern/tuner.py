@@ -349,13 +349,13 @@ def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, 
         # the cost model's best first (a simulated backend: no trial can beat it, so the search
         # ends once one of them passes the gate), then configurations measured nearby
         ranked = model_ranked(backend, task, new)
-        seeds = [*ranked, *catalog.nearest(task, log, feedback.library)]
+        seeds = [*(candidate for _, candidate in ranked), *catalog.nearest(task, log, feedback.library)]
         if total.best is not None:
             seeds.append(Candidate.of(feedback.library[total.best.variant], total.best.config))
         # the first round spends most of the budget; later rounds search what proposers derived
         share = remaining if feedback.round > 0 or len(proposers) == 1 else max(1, (remaining * 3) // 4)
-        model_best = backend.predicted_seconds(ranked[0], task) if ranked else None
-        search = SearchOptions(trials=share, deadline=deadline, seed=options.seed, model_best_seconds=model_best)
+        search = SearchOptions(trials=share, deadline=deadline, seed=options.seed,
+                               model_best_seconds=ranked[0][0] if ranked else None)
         found = search_workload(task, new, runner, storage=storage, log=log, store=store,
                                 floor_seconds=profile.floor_seconds, backend=backend.name, options=search,
                                 seeds=seeds, gate=options.gate, measure=options.measure, progress=on_trial,

@@ -311,7 +311,8 @@ def test_the_cost_model_ranks_the_space_before_anything_runs(npu: NpuBackend) ->
     valid = sorted(t for t, _ in times if t is not None)
     assert any(t is None and npu.check(Candidate.of(variant, c), task) for t, c in times)
     seeds = model_ranked(npu, task, [variant], count=3)
-    assert [npu.predicted_seconds(c, task) for c in seeds] == valid[:3]
+    assert [seconds for seconds, _ in seeds] == valid[:3]
+    assert all(npu.predicted_seconds(candidate, task) == seconds for seconds, candidate in seeds)
     triton = get_backend(load_target("h200"))
     assert model_ranked(triton, task, triton.variants(task)) == []  # real hardware: no model, no ranking
 

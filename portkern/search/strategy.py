@@ -88,11 +88,12 @@ MAX_RANKED = 20_000  # configurations ranked at most per task (a seeded sample o
 
 
 def model_ranked(backend: Backend, task: Task, variants: Sequence[Variant],
-                 count: int = MODEL_RANKED_SEEDS, seed: int = 0) -> list[Candidate]:
+                 count: int = MODEL_RANKED_SEEDS, seed: int = 0) -> list[tuple[float, Candidate]]:
     """Where the backend knows a candidate's time before it runs (a simulated chip's cost model:
-    Backend.predicted_seconds), the `count` configurations it ranks fastest, best first: seeds,
-    so the slow part of a trial (the gate, in an interpreter there) is spent on them first. Every
-    one still passes the gate before its time counts. Empty for a backend without a model."""
+    Backend.predicted_seconds), the `count` configurations it ranks fastest with their predicted
+    seconds, best first: seeds, so the slow part of a trial (the gate, in an interpreter there) is
+    spent on them first. Every one still passes the gate before its time counts. Empty for a
+    backend without a model."""
     if all(backend.predicted_seconds(Candidate.of(v, v.default), task) is None for v in variants):
         return []
     rng = random.Random(seed)
@@ -108,7 +109,7 @@ def model_ranked(backend: Backend, task: Task, variants: Sequence[Variant],
             if predicted is not None:
                 ranked.append((predicted, len(ranked), candidate))
     ranked.sort(key=lambda item: item[:2])
-    return [candidate for _, _, candidate in ranked[:count]]
+    return [(predicted, candidate) for predicted, _, candidate in ranked[:count]]
 
 
 def fits_space(variant: Variant, config: Mapping[str, Any]) -> bool:

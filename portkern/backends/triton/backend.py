@@ -250,13 +250,7 @@ class TritonBackend(Backend):
         """One pageable copy straight from the array (no host copy first: copy_ from pageable
         memory returns when the data is read). Staging through page-locked memory measured
         slower on the H200 host (1.24 vs 0.85 ms for ResNet-50's input; host_copy_probe.py)."""
-        array = np.asarray(array)
-        if not (array.flags.c_contiguous and array.flags.writeable):
-            buffer.copy_(_host_tensor(array))
-        elif array.dtype.name == "bfloat16":
-            buffer.copy_(torch.from_numpy(array.view(np.int16)).view(torch.bfloat16))
-        else:
-            buffer.copy_(torch.from_numpy(array))
+        buffer.copy_(_host_tensor(array, copy=False))
 
     def synchronize(self) -> None:
         if self.on_gpu:
@@ -370,13 +364,16 @@ def _tile_bytes_estimate(task: Task, config: Mapping[str, Any]) -> int:
     return int(config.get("num_stages", 1)) * tile
 
 
-def _host_tensor(array: np.ndarray) -> torch.Tensor:
-    """A CPU tensor owning a C-contiguous copy; ml_dtypes bfloat16 goes through its bits."""
+def _host_tensor(array: np.ndarray, copy: bool = True) -> torch.Tensor:
+    """A CPU tensor over a C-contiguous copy of the array; copy=False: over the array itself
+    where it is C-contiguous and writable (torch shares no read-only memory). ml_dtypes bfloat16
+    goes through its bits."""
     array = np.asarray(array)
+    if copy or not (array.flags.c_contiguous and array.flags.writeable):
+        array = np.array(array, copy=True, order="C")
     if array.dtype.name == "bfloat16":
-        bits = np.array(array.view(np.int16), copy=True, order="C")
-        return torch.from_numpy(bits).view(torch.bfloat16)
-    return torch.from_numpy(np.array(array, copy=True, order="C"))
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
 
 
 __all__ = ["TritonBackend", "InterpreterLimitError", "INTERPRETER_BF16"]
