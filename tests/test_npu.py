@@ -88,6 +88,10 @@ GATE_CASES: list[tuple[str, Callable[[], Task], dict[str, Any]]] = [
      {"BLOCK_M": 64, "BLOCK_N": 128, "L1_PANEL": "a", "K_SPLIT": 2, "PROGRAMS": 3}),
     ("gemm-fp16-k-split-b-panel-residual-chunks", lambda: gemm_task(150, 270, 200, "float16", bias=True, residual=True),
      {"BLOCK_M": 64, "BLOCK_N": 256, "L1_PANEL": "b", "K_SPLIT": 4, "EPILOGUE_ROWS": 16, "PROGRAMS": 2}),
+    # the finished sum staged in the output's dtype (fp16 workspace), B panel, GELU + residual
+    ("gemm-fp16-staged-b-panel-gelu-residual",
+     lambda: gemm_task(150, 270, 77, "float16", activation="gelu", bias=True, residual=True),
+     {"BLOCK_M": 64, "BLOCK_N": 256, "L1_PANEL": "b", "STAGING": "output", "PROGRAMS": 2}),
     ("gemm-fp32-transb-gelu-residual-chunks",
      lambda: gemm_task(100, 130, 45, "float32", activation="gelu", residual=True, trans_b=True),
      {"BLOCK_M": 128, "BLOCK_N": 128, "EPILOGUE_ROWS": 32}),
@@ -120,6 +124,13 @@ GATE_CASES: list[tuple[str, Callable[[], Task], dict[str, Any]]] = [
     ("attention-fp16-mask-causal", lambda: attention_task(2, 2, 19, 16, "float16", mask=True, causal=True,
                                                           seq_kv=37), {"BLOCK_M": 16}),
     ("attention-fp32-kt-causal", lambda: attention_task(1, 2, 33, 16, "float32", causal=True, k_transposed=True),
+     {"BLOCK_M": 16, "BLOCK_N": 128}),
+    # keys in one block, runs that cross (batch, head) pairs mid-way; then keys over several blocks (flash)
+    ("attention-fp16-one-block-mask-kt-runs", lambda: attention_task(2, 3, 40, 24, "float16", mask=True,
+                                                                     k_transposed=True), {"BLOCK_M": 16, "PROGRAMS": 4}),
+    ("attention-fp16-flash-mask-causal", lambda: attention_task(1, 2, 19, 16, "float16", mask=True, causal=True,
+                                                                seq_kv=300), {"BLOCK_M": 16}),
+    ("attention-fp32-flash-kt", lambda: attention_task(1, 2, 33, 16, "float32", k_transposed=True, seq_kv=200),
      {"BLOCK_M": 16, "BLOCK_N": 128}),
 ]
 # two seeds (normal + large values) keep the interpreter under budget; every other gate check runs
@@ -272,20 +283,25 @@ def test_workspace_is_fresh_and_poisoned_every_run(npu: NpuBackend) -> None:
     candidate = _candidate(npu, task, BLOCK_N=256, L1_PANEL="b", L1_STEPS=4, K_SPLIT=8)
     program = npu.load(npu.compile(candidate, task), task)
     assert isinstance(program, NpuProgram)
-    # 192 tiles of 64x256 over 24 programs, each run 8 tiles of one column: 8 slots per program
+    # 192 tiles of 64x256 over 24 programs, each run 8 tiles of one column: 8 fp32 slots per program
     declared = program.module.workspace(task, candidate.params)
-    assert declared == 24 * 8 * 64 * 256
-    seen: list[tuple[int, bool]] = []
+    assert declared == (24 * 8 * 64 * 256, "float32")
+    seen: list[tuple[int, torch.dtype, bool]] = []
 
     def launch(task: Task, config: dict[str, Any], inputs: list[Any], outputs: list[Any], workspace: Any) -> None:
-        seen.append((workspace.numel(), bool(torch.isnan(workspace).all())))
+        seen.append((workspace.numel(), workspace.dtype, bool(torch.isnan(workspace).all())))
         workspace.zero_()  # what a stale partial sum would leave behind
 
     spy = NpuProgram(types.SimpleNamespace(workspace=program.module.workspace, launch=launch), task,
                      candidate.params, program.estimate)
     spy([], [])
     spy([], [])
-    assert seen == [(declared, True), (declared, True)]
+    assert seen == [(declared[0], torch.float32, True)] * 2
+    # unsplit and staged in the output's dtype: one fp16 slot per program
+    staged = gemm_task(4096, 768, 768, "float16", bias=True, residual=True)
+    params = {**candidate.params, "K_SPLIT": 1, "STAGING": "output"}
+    assert npu.check(Candidate.of(candidate.variant, params), staged) is None
+    assert program.module.workspace(staged, params) == (24 * 64 * 256, "float16")
 
 
 def test_fingerprint_and_modeled_time_come_from_the_cost_model(npu: NpuBackend) -> None:
@@ -367,6 +383,74 @@ def test_setup_dma_instructions_are_charged(chip: Chip) -> None:
     assert gathered.seconds - one.seconds == pytest.approx(63 * chip.dma_setup_bytes / chip.core_gm_bandwidth)
 
 
+def test_lead_trips_run_at_their_own_rate(chip: Chip) -> None:
+    """Extra loads on the first trips (a panel under a GEMM's first tile) cost those trips only."""
+    plain = simulate(_vector_schedule(), chip)
+    led = simulate(_vector_schedule(lead_tiles=8, lead={"gm_to_ub": 16384}, lead_transfers={"gm_to_ub": 1}), chip)
+    assert led.lead_tile_seconds > plain.steady_tile_seconds == led.steady_tile_seconds
+    assert led.program_seconds - plain.program_seconds == pytest.approx(
+        led.first_tile_seconds - plain.first_tile_seconds + 7 * (led.lead_tile_seconds - plain.steady_tile_seconds))
+    with pytest.raises(ScheduleError, match="lead_tiles"):
+        _vector_schedule(lead_tiles=65)
+
+
+def test_serial_stages_add_up(chip: Chip) -> None:
+    """A resource held in turn (one L0C accumulator: cube, then FIXPIPE) does not overlap."""
+    work = {"gm_to_ub": 16384, "ub_to_gm": 16384, "vector_ops": 16384}
+    apart = simulate(_vector_schedule(per_tile=work), chip)
+    held = simulate(_vector_schedule(per_tile=work, serial=("mte2_ub", "vector")), chip)
+    assert held.stage_seconds["mte2_ub+vector"] == pytest.approx(
+        apart.stage_seconds["mte2_ub"] + apart.stage_seconds["vector"])
+    assert held.seconds > apart.seconds
+    with pytest.raises(ScheduleError, match="unknown stages"):
+        _vector_schedule(serial=("cube", "fixpipes"))
+
+
+def test_a_full_l0c_accumulator_drains_before_the_next_tile(npu: NpuBackend) -> None:
+    """128x256 fp32 (128 KiB) fills L0C alone: FIXPIPE's drain and the cube take turns; 128x128
+    leaves room for a second accumulator, so the drain overlaps the next tile."""
+    task = gemm_task(4096, 768, 768, "float16")
+    full = npu.compile(_candidate(npu, task, BLOCK_M=128, BLOCK_N=256, BUFFERS=3), task).meta["modeled"]
+    half = npu.compile(_candidate(npu, task, BLOCK_M=128, BLOCK_N=128, BUFFERS=3), task).meta["modeled"]
+    assert "cube+fixpipe" in full["stage_seconds"] and "cube" not in full["stage_seconds"]
+    assert "cube" in half["stage_seconds"] and half["stage_seconds"]["fixpipe"] > 0
+    module = npu._module(_variant(npu, task))
+    assert module.schedule(task, {**_variant(npu, task).default, "BLOCK_M": 128, "BLOCK_N": 128, "BUFFERS": 3},
+                           npu.target)["live"]["l0c"] == 2 * 128 * 128 * 4
+
+
+def test_staging_knob_is_refused_where_it_means_nothing(npu: NpuBackend) -> None:
+    split = gemm_task(4096, 768, 3072, "float16", bias=True, residual=True)
+    tiles = {"BLOCK_N": 256, "L1_PANEL": "b", "L1_STEPS": 4, "K_SPLIT": 8, "STAGING": "output"}
+    assert "partial sums accumulate in fp32" in (npu.check(_candidate(npu, split, **tiles), split) or "")
+    plain = gemm_task(4096, 768, 768, "float16", bias=True)
+    assert "no vector epilogue" in (npu.check(_candidate(npu, plain, STAGING="output"), plain) or "")
+    wide = gemm_task(256, 256, 64, "float32", residual=True)
+    assert "fp32 already" in (npu.check(_candidate(npu, wide, BLOCK_N=128, STAGING="output"), wide) or "")
+    # fp16 staging halves the UB row: a 128-lane tile is then 256 B, under the 512 B rule
+    residual = gemm_task(4096, 768, 768, "float16", bias=True, residual=True)
+    reason = npu.check(_candidate(npu, residual, BLOCK_M=128, BLOCK_N=128, STAGING="output"), residual)
+    assert reason and "not 512-byte aligned" in reason
+
+
+def test_attention_with_one_key_block_keeps_the_output_out_of_ub(npu: NpuBackend) -> None:
+    """BERT's attention (128 keys): P @ V leaves L0C to the output; only scores and mask reach UB,
+    and K/V load once per (batch, head), not once per query block."""
+    task = attention_task(32, 12, 128, 64, "float16", mask=True, k_transposed=True)
+    variant = _variant(npu, task)
+    module = npu._module(variant)
+    config = {**variant.default, "BLOCK_M": 64, "BUFFERS": 2}
+    raw = module.schedule(task, config, npu.target)
+    assert raw["per_tile"]["gm_to_ub"] == 64 * 128 * 4 + 64 * 128 * 2  # fp32 scores + fp16 mask
+    assert raw["per_tile"]["l0c_to_gm"] == 64 * 128 * 4 + 64 * 64 * 2  # scores out, output cast by FIXPIPE
+    assert raw["lead"] == {"gm_to_l1": 2 * 128 * 64 * 2} and raw["gm_alignment"] == 512
+    flash = module.schedule(attention_task(1, 2, 128, 64, "float16", seq_kv=512), config, npu.target)
+    assert flash["per_tile"]["gm_to_ub"] == 64 * 256 * 4 + 64 * 128 * 4  # + the padded accumulator
+    seconds = npu.predicted_seconds(Candidate.of(variant, config), task)
+    floor = npu.target.profile.floor_seconds(task.flops, task.min_bytes, task.dtype)
+    assert seconds is not None and floor / seconds > 0.4
+
+
 def test_schedule_with_a_misspelled_key_is_refused() -> None:
     with pytest.raises(ScheduleError, match="unknown keys"):
         _vector_schedule(setup_transfer={"gm_to_ub": 64})
@@ -404,10 +488,13 @@ def test_l1_panel_cuts_gm_traffic_and_its_first_load_is_charged(npu: NpuBackend,
     # A and B tiles are the same size here, and each run stays in one column: only A streams
     assert resident["stage_seconds"]["mte2_l1"] == pytest.approx(streamed["stage_seconds"]["mte2_l1"] / 2)
     assert resident["seconds"] < streamed["seconds"] and resident["bound"] == "cube"
-    # no free lunch: the first panel loads before the first tile, then every trip still costs the cube
+    # no free lunch: the panel streams in under the first tile's trips beside its A (MTE2-bound there),
+    # and every later trip still costs the cube
     trips = 32 * 24  # 32 tiles per program (768 over 24 programs), 24 K steps of 32 each
     panel_load = 768 * 128 * 2 / chip.core_gm_bandwidth
-    assert resident["program_seconds"] >= panel_load + trips * resident["stage_seconds"]["cube"]
+    a_load = 128 * 768 * 2 / chip.core_gm_bandwidth
+    assert resident["lead_tile_seconds"] > resident["steady_tile_seconds"]
+    assert resident["program_seconds"] >= panel_load + a_load + (trips - 24) * resident["stage_seconds"]["cube"]
 
 
 def test_deeper_l1_slices_pay_dma_setup_once_per_slice(npu: NpuBackend) -> None:

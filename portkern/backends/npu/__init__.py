@@ -3,9 +3,10 @@ CPU interpreter, timed by a cost model instead of a clock.
 
 A variant is a kernel module (kernel_module.py's contract) plus `schedule(task, config, target)`,
 the data movement one program's tile loop declares, and optionally `workspace(task, config)`, the
-fp32 GM scratch it needs (passed to `launch` as a fifth argument); `check` rejects a configuration the chip
-cannot hold (grid over the core count, tiles over UB/L1/L0, unaligned tail axes) before anything
-runs, and `load` attaches the modeled time that the search uses in place of a measurement.
+GM scratch it needs as (elements, dtype) (passed to `launch` as a fifth argument); `check` rejects
+a configuration the chip cannot hold (grid over the core count, tiles over UB/L1/L0, unaligned tail
+axes) before anything runs, and `load` attaches the modeled time that the search uses in place of a
+measurement.
 """
 from __future__ import annotations
 
@@ -46,8 +47,10 @@ class NpuProgram:
         # a module that declares workspace() gets its GM scratch fresh and NaN-poisoned every run, so
         # a kernel that reads a partial sum it did not write this run fails the gate
         declared = getattr(self.module, "workspace", None)
-        scratch = [] if declared is None else [
-            torch.full((int(declared(self.task, self.config)),), float("nan"), dtype=torch.float32)]
+        scratch = []
+        if declared is not None:
+            elements, dtype = declared(self.task, self.config)
+            scratch.append(torch.full((int(elements),), float("nan"), dtype=getattr(torch, dtype)))
         with interpreted_language():
             self.module.launch(self.task, self.config, list(inputs), list(outputs), *scratch)
 

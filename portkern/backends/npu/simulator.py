@@ -12,8 +12,12 @@ target)`); this module turns that into seconds with one model for all kernels:
   * N-buffering: each tile holds one buffer from its load to its store, so in steady state a tile
     costs max(busiest stage, sum of stages / buffers); the first tile costs the whole sum
     (prologue + epilogue);
-  * once-per-program setup (gamma loads, the first panel a GEMM keeps in L1) runs before the tile
-    loop, not overlapped, its DMA instructions charged like any other;
+  * once-per-program setup (gamma loads) runs before the tile loop, not overlapped, its DMA
+    instructions charged like any other;
+  * lead trips: the first trips of a program may carry extra work on top of every trip's (a GEMM's
+    L1 panel streams in under its first tile), so they run at their own steady rate;
+  * serial stages: stages that hold one resource in turn (a single L0C accumulator: the cube fills
+    it, FIXPIPE drains it) add up instead of overlapping;
   * waves when programs exceed cores, and a fixed cost per launch.
 
 Every number it reports is simulated. The rates come from the hwprofile (estimates are labeled
@@ -28,13 +32,14 @@ from typing import Any, Mapping
 from ...errors import PortkernError
 from ...hwprofile import HwProfile
 
-COST_MODEL_VERSION = "2"
+COST_MODEL_VERSION = "3"
 
 GM_READ_QUEUES = ("gm_to_ub", "gm_to_l1")
 GM_WRITE_QUEUES = ("l0c_to_gm", "ub_to_gm")
 QUEUES = GM_READ_QUEUES + ("l1_to_l0",) + GM_WRITE_QUEUES
 WORK = ("cube_macs", "vector_ops")
 MEMORIES = ("ub", "l1", "l0a", "l0b", "l0c")
+STAGES = ("mte2_l1", "mte1", "cube", "fixpipe", "mte2_ub", "vector", "mte3")  # the pipeline's queues and units
 CORE_KINDS = ("vector", "cube", "mixed")  # mixed: one cube core driving its two vector cores
 GM_BEST_ALIGNMENT = 512  # GM row starts aligned to this move at the full rate (Atlas A2)
 
@@ -110,13 +115,18 @@ class Schedule:
     vector_op_bytes: int = 4  # element width the vector unit computes in
     setup: Mapping[str, float] = field(default_factory=dict)  # once per program (e.g. gamma loads)
     setup_transfers: Mapping[str, float] = field(default_factory=dict)  # its DMA instructions (default 1)
+    lead_tiles: int = 0  # trips of the busiest program that also carry `lead`
+    lead: Mapping[str, float] = field(default_factory=dict)  # extra QUEUES bytes / WORK units of a lead trip
+    lead_transfers: Mapping[str, float] = field(default_factory=dict)  # its extra DMA instructions
+    serial: tuple[str, ...] = ()  # stage names (as in Estimate.stage_seconds) that cannot overlap
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> "Schedule":
         """Validate a kernel module's dict; a typo there must not become a silently wrong time."""
         required = ("core", "programs", "tiles", "total_tiles", "buffers", "per_tile", "live",
                     "tails", "gm_alignment", "footprint_bytes")
-        optional = ("transfers", "setup", "setup_transfers", "cube_dtype", "vector_op_bytes")
+        optional = ("transfers", "setup", "setup_transfers", "cube_dtype", "vector_op_bytes", "lead_tiles", "lead",
+                    "lead_transfers", "serial")
         missing = [k for k in required if k not in raw]
         if missing:
             raise ScheduleError(f"schedule is missing {', '.join(missing)}")
@@ -128,7 +138,8 @@ class Schedule:
         known = set(QUEUES) | set(WORK)
         for name, table in (("per_tile", raw["per_tile"]), ("setup", raw.get("setup", {})),
                             ("transfers", raw.get("transfers", {})),
-                            ("setup_transfers", raw.get("setup_transfers", {}))):
+                            ("setup_transfers", raw.get("setup_transfers", {})), ("lead", raw.get("lead", {})),
+                            ("lead_transfers", raw.get("lead_transfers", {}))):
             unknown = set(table) - known
             if unknown:
                 raise ScheduleError(f"schedule {name} has unknown entries {sorted(unknown)}")
@@ -137,6 +148,11 @@ class Schedule:
             raise ScheduleError(f"schedule live/tails name unknown memories {sorted(unknown_memories)}")
         if int(raw["programs"]) < 1 or int(raw["buffers"]) < 1 or int(raw["tiles"]) < 0:
             raise ScheduleError("schedule needs programs >= 1, buffers >= 1, tiles >= 0")
+        if not 0 <= int(raw.get("lead_tiles", 0)) <= int(raw["tiles"]):
+            raise ScheduleError("schedule lead_tiles must lie between 0 and tiles")
+        unknown_stages = set(raw.get("serial", ())) - set(STAGES)
+        if unknown_stages:
+            raise ScheduleError(f"schedule serial names unknown stages {sorted(unknown_stages)}")
         return cls(
             core=raw["core"], programs=int(raw["programs"]), tiles=int(raw["tiles"]),
             total_tiles=int(raw["total_tiles"]), buffers=int(raw["buffers"]),
@@ -149,6 +165,9 @@ class Schedule:
             vector_op_bytes=int(raw.get("vector_op_bytes", 4)),
             setup={k: float(v) for k, v in raw.get("setup", {}).items()},
             setup_transfers={k: float(v) for k, v in raw.get("setup_transfers", {}).items()},
+            lead_tiles=int(raw.get("lead_tiles", 0)), lead={k: float(v) for k, v in raw.get("lead", {}).items()},
+            lead_transfers={k: float(v) for k, v in raw.get("lead_transfers", {}).items()},
+            serial=tuple(str(stage) for stage in raw.get("serial", ())),
         )
 
     def bytes_per_tile(self, queues: tuple[str, ...]) -> float:
@@ -179,26 +198,6 @@ def violations(schedule: Schedule, chip: Chip) -> list[str]:
     return reasons
 
 
-@dataclass(frozen=True)
-class Estimate:
-    """A modeled launch: its time and where the time goes (all simulated)."""
-
-    seconds: float
-    program_seconds: float
-    steady_tile_seconds: float
-    first_tile_seconds: float
-    stage_seconds: Mapping[str, float]  # per tile, per queue/unit (incl. the shared 'gm' share)
-    bound: str  # the stage that sets the steady-state rate ('pipeline' when buffers are too few)
-    waves: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"seconds": self.seconds, "program_seconds": self.program_seconds,
-                "steady_tile_seconds": self.steady_tile_seconds,
-                "first_tile_seconds": self.first_tile_seconds,
-                "stage_seconds": dict(self.stage_seconds), "bound": self.bound, "waves": self.waves,
-                "cost_model": COST_MODEL_VERSION, "simulated": True}
-
-
 def _gm_rate(schedule: Schedule, chip: Chip) -> float:
     """One core's GM rate: misaligned rows cost up to 30% (Ascend C best-practice measurements)."""
     aligned = schedule.gm_alignment % GM_BEST_ALIGNMENT == 0
@@ -207,8 +206,10 @@ def _gm_rate(schedule: Schedule, chip: Chip) -> float:
 
 def _shared_seconds_per_byte(schedule: Schedule, chip: Chip, active: int) -> float:
     """Seconds per GM byte for one program when `active` programs share L2 and HBM."""
-    traffic = schedule.total_tiles * schedule.bytes_per_tile(GM_READ_QUEUES + GM_WRITE_QUEUES)
-    traffic += schedule.programs * sum(schedule.setup.get(q, 0.0) for q in GM_READ_QUEUES + GM_WRITE_QUEUES)
+    gm_queues = GM_READ_QUEUES + GM_WRITE_QUEUES
+    traffic = schedule.total_tiles * schedule.bytes_per_tile(gm_queues)
+    traffic += schedule.programs * sum(schedule.setup.get(q, 0.0) + schedule.lead_tiles * schedule.lead.get(q, 0.0)
+                                       for q in gm_queues)
     if traffic <= 0:
         return 0.0
     fits_l2 = schedule.footprint_bytes <= chip.l2_bytes
@@ -249,24 +250,79 @@ def _stage_seconds(work: Mapping[str, float], transfers: Mapping[str, float], sc
     }
 
 
+@dataclass(frozen=True)
+class _Trip:
+    """One tile-loop trip: per-stage seconds, its lifetime (all stages in turn) and steady cost."""
+
+    stages: dict[str, float]
+    lifetime: float
+    steady: float
+    bound: str
+
+
+def _trip(work: Mapping[str, float], transfers: Mapping[str, float], schedule: Schedule, chip: Chip,
+          shared_per_byte: float) -> _Trip:
+    stages = _stage_seconds(work, transfers, schedule, chip, shared_per_byte)
+    if schedule.serial:  # one resource held in turn: its stages add up into one
+        stages["+".join(schedule.serial)] = sum(stages.pop(name) for name in schedule.serial)
+    lifetime = sum(v for k, v in stages.items() if k != "gm")  # one tile from its first load to its last store
+    busiest = max(stages, key=lambda k: stages[k])
+    steady = max(stages[busiest], lifetime / schedule.buffers)
+    return _Trip(stages, lifetime, steady, busiest if stages[busiest] >= lifetime / schedule.buffers else "pipeline")
+
+
+def _with_lead(schedule: Schedule) -> tuple[dict[str, float], dict[str, float]]:
+    """A lead trip's work and DMA instructions: every trip's plus the lead's (DMAs default to 1)."""
+    work, transfers = dict(schedule.per_tile), {}
+    for queue in QUEUES:
+        for table, dmas in ((schedule.per_tile, schedule.transfers), (schedule.lead, schedule.lead_transfers)):
+            if table.get(queue, 0.0) > 0:
+                transfers[queue] = transfers.get(queue, 0.0) + dmas.get(queue, 1.0)
+    for name, amount in schedule.lead.items():
+        work[name] = work.get(name, 0.0) + amount
+    return work, transfers
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A modeled launch: its time and where the time goes (all simulated)."""
+
+    seconds: float
+    program_seconds: float
+    steady_tile_seconds: float
+    first_tile_seconds: float
+    lead_tile_seconds: float  # steady cost of a lead trip (0 without lead trips)
+    stage_seconds: Mapping[str, float]  # per tile, per queue/unit (incl. the shared 'gm' share)
+    bound: str  # the stage that sets the steady-state rate ('pipeline' when buffers are too few)
+    waves: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seconds": self.seconds, "program_seconds": self.program_seconds,
+                "steady_tile_seconds": self.steady_tile_seconds,
+                "first_tile_seconds": self.first_tile_seconds, "lead_tile_seconds": self.lead_tile_seconds,
+                "stage_seconds": dict(self.stage_seconds), "bound": self.bound, "waves": self.waves,
+                "cost_model": COST_MODEL_VERSION, "simulated": True}
+
+
 def simulate(schedule: Schedule, chip: Chip) -> Estimate:
     """Modeled seconds of one launch. Deterministic: the same schedule always costs the same."""
     cores = chip.cores(schedule.core)
     active = min(schedule.programs, cores)
     waves = math.ceil(schedule.programs / cores)
     shared = _shared_seconds_per_byte(schedule, chip, active)
-    stages = _stage_seconds(schedule.per_tile, schedule.transfers, schedule, chip, shared)
-    pipeline = {k: v for k, v in stages.items() if k != "gm"}
-    lifetime = sum(pipeline.values())  # one tile from its first load to its last store
-    busiest = max(stages, key=lambda k: stages[k])
-    steady = max(stages[busiest], lifetime / schedule.buffers)
-    bound = busiest if stages[busiest] >= lifetime / schedule.buffers else "pipeline"
+    trip = _trip(schedule.per_tile, schedule.transfers, schedule, chip, shared)
+    lead = _trip(*_with_lead(schedule), schedule, chip, shared) if schedule.lead_tiles else trip
     setup_stages = _stage_seconds(schedule.setup, schedule.setup_transfers, schedule, chip, shared)
     setup = max(sum(v for k, v in setup_stages.items() if k != "gm"), setup_stages["gm"])
-    program = setup + (lifetime + (schedule.tiles - 1) * steady if schedule.tiles > 0 else 0.0)
+    loop = 0.0
+    if schedule.tiles > 0:  # the first trip runs alone (prologue + epilogue); lead trips come first
+        leading = max(schedule.lead_tiles, 1)
+        loop = lead.lifetime + (leading - 1) * lead.steady + (schedule.tiles - leading) * trip.steady
+    program = setup + loop
     return Estimate(seconds=chip.launch_seconds + waves * program, program_seconds=program,
-                    steady_tile_seconds=steady, first_tile_seconds=lifetime, stage_seconds=stages,
-                    bound=bound, waves=waves)
+                    steady_tile_seconds=trip.steady, first_tile_seconds=lead.lifetime,
+                    lead_tile_seconds=lead.steady if schedule.lead_tiles else 0.0, stage_seconds=trip.stages,
+                    bound=trip.bound, waves=waves)
 
 
 def roofline_seconds(flops: float, nbytes: float, dtype: str, profile: HwProfile) -> float:

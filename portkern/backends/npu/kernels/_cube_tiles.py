@@ -8,9 +8,13 @@ reduction in L0C, BLOCK_K columns at a time through L0A/L0B; one GM->L1 load bri
 steps, so DMA setup is paid once per slice. L1_PANEL picks what stays in L1 across the run:
 "none" streams both operands for every tile; "a" walks the run along N, so consecutive tiles share
 their A rows and the A panel (BLOCK_M rows x all of K) is loaded once per row of tiles; "b" walks
-along M and keeps the B panel (all of K x BLOCK_N). The first panel is loaded before the first
-tile (charged as setup, not overlapped); a run that crosses into another row (column) prefetches
-the next panel behind the current one, so it holds two.
+along M and keeps the B panel (all of K x BLOCK_N). The first tile of a run loads the panel's first
+K slice as it walks it, one L1 load per step beside its own streamed operand (lead trips: both
+operands stream there, so the start is MTE2-bound); later slices and a run that crosses into
+another row (column) prefetch the next panel (slice) behind the current one, so L1 holds two.
+
+L0C holds two accumulators when two fit (FIXPIPE drains one tile while the cube fills the next);
+a 128x256 fp32 accumulator fills L0C alone, so the cube waits for each tile's drain.
 
 A full-K panel of a K = 3072 GEMM does not fit L1 at a width that pays, and L0C caps the tile at
 128x256, whose two streamed operands outrun one core's MTE2. K_SPLIT (variants that declare it;
@@ -18,12 +22,15 @@ conv2d keeps one slice) cuts K into slices of whole L1 loads: the run's tiles th
 take the K slices in turn, only that slice of the panel stays in L1, and each tile's partial sum
 leaves L0C per slice through FIXPIPE, accumulated into an fp32 GM workspace. The vector cores then
 finish every tile once (cast, activation, residual), EPILOGUE_ROWS rows of it per UB chunk, so UB
-holds a chunk and not the whole tile.
+holds a chunk and not the whole tile. Unsplit, STAGING "output" has FIXPIPE cast the finished sum
+to the output's dtype on its way to the workspace (as it does for a plain GEMM's output, and as an
+fp16 model rounds a MatMul before its Add), halving the epilogue's GM round trip for fp16.
 """
 ITEMSIZE = {"float16": 2, "float32": 4}
 ACTIVATION_VECTOR_OPS = {"none": 0, "relu": 1, "relu6": 2, "sigmoid": 4, "tanh": 5, "silu": 5, "gelu": 8,
                          "gelu_tanh": 10}
 EPILOGUE_ROWS_UNUSED = 64  # what a kernel without a vector epilogue keeps (one value: no duplicate configs)
+STAGING_UNUSED = "float32"  # likewise for STAGING
 
 
 def _k_slices(task, config):
@@ -38,6 +45,11 @@ def _uses_vector(task, config):
     """A vector epilogue: an activation, a residual, or the final cast of partial sums in GM."""
     return (task.attr("activation", "none") != "none" or bool(task.attr("residual", False))
             or _k_slices(task, config)[1] > 1)
+
+
+def _staging(task, config):
+    """The dtype the accumulator crosses to the vector cores in: fp32, or the output's."""
+    return task.outputs[0].dtype if config.get("STAGING", STAGING_UNUSED) == "output" else "float32"
 
 
 def _fractal(extent):
@@ -98,6 +110,14 @@ def constraints(task, config, target):
         if slices < split:
             return (f"K_SPLIT {split}: K = {_problem(task)[2]} makes only {slices} slice(s) of whole "
                     f"L1 loads ({load} deep)")
+    if config.get("STAGING", STAGING_UNUSED) != STAGING_UNUSED:
+        if not _uses_vector(task, config):
+            return (f"STAGING {config['STAGING']}: this GEMM has no vector epilogue, so the knob stays at "
+                    f"{STAGING_UNUSED}")
+        if split > 1:
+            return f"STAGING {config['STAGING']} with K_SPLIT {split}: partial sums accumulate in fp32"
+        if task.outputs[0].dtype == "float32":
+            return f"STAGING {config['STAGING']}: the output is fp32 already (the same as {STAGING_UNUSED})"
     rows = config.get("EPILOGUE_ROWS")
     if rows is not None and rows > config["BLOCK_M"]:
         return f"EPILOGUE_ROWS {rows} exceeds BLOCK_M {config['BLOCK_M']}: a UB chunk is part of the tile's rows"
@@ -107,7 +127,7 @@ def constraints(task, config, target):
     return None
 
 
-def _cube_schedule(task, config, a_dmas, gm_alignment, ub_lanes):
+def _cube_schedule(task, config, target, a_dmas, gm_alignment, ub_lanes):
     """One program's tile loop as the cost model reads it; a trip is one BLOCK_K step of one tile.
 
     a_dmas(depth): GM->L1 DMA instructions that bring `depth` K-columns of an A tile (1 for a
@@ -136,14 +156,17 @@ def _cube_schedule(task, config, a_dmas, gm_alignment, ub_lanes):
                 "cube_macs": bm * bn * bk}
     transfers = {"gm_to_l1": slices_per_trip * sum(moved[o][1] for o in streamed), "l1_to_l0": 2}
     live_l1 = buffers * l1_steps * sum(allocated[o] for o in streamed) + (tile_n * size if has_bias else 0)
-    setup, setup_transfers = {}, {}
+    lead_tiles, lead, lead_transfers = 0, {}, {}
     if resident != "none":
         # each of the run's panels comes in one K slice at a time: `loads` slice loads in all
         slice_k, loads = min(depth, k_all), panels * slices
         panel_rows = bm if resident == "a" else bn
-        first_slice = panel_rows * slice_k * size
+        # the first slice streams in under the first tile's trips over it, one L1 load per step
+        lead_tiles = triton.cdiv(min(slice_k, k), tile_k)
+        lead = {"gm_to_l1": moved[resident][0]}
+        lead_transfers = {"gm_to_l1": slices_per_trip * moved[resident][1]}
+        first_slice = lead_tiles * moved[resident][0]
         panel_dmas = a_dmas(slice_k) if resident == "a" else 1
-        setup, setup_transfers = {"gm_to_l1": first_slice}, {"gm_to_l1": panel_dmas}
         # the further slices stream in behind the current one, spread over the run's trips
         per_tile["gm_to_l1"] += (panels * panel_rows * k_all * size - first_slice) / trips
         transfers["gm_to_l1"] += (loads - 1) * panel_dmas / trips
@@ -151,8 +174,10 @@ def _cube_schedule(task, config, a_dmas, gm_alignment, ub_lanes):
     if has_bias:  # a BLOCK_N slice of the bias per tile, into the cube's bias table
         per_tile["gm_to_l1"] += bn * size / k_steps
         transfers["gm_to_l1"] += 1 / k_steps
+    accumulator = tile_m * tile_n * 4
+    accumulators = 2 if buffers > 1 and 2 * accumulator <= target.profile.limit("l0c_bytes") else 1
     live = {"l1": live_l1, "l0a": buffers * allocated["a"], "l0b": buffers * allocated["b"],
-            "l0c": tile_m * tile_n * 4}
+            "l0c": accumulators * accumulator}
     tails = {"l1": [tile_k * size, tile_n * size]}
     footprint = sum(spec.nbytes for spec in task.inputs) + task.outputs[0].nbytes
     if vector:
@@ -162,22 +187,24 @@ def _cube_schedule(task, config, a_dmas, gm_alignment, ub_lanes):
         elementwise = ACTIVATION_VECTOR_OPS[task.attr("activation", "none")]
         rows = config.get("EPILOGUE_ROWS", tile_m)
         chunks = triton.cdiv(bm, rows)
-        per_tile.update(l0c_to_gm=bm * bn * 4 * slices / k_steps,
-                        gm_to_ub=bm * bn * (4 + size * has_residual) / k_steps,
+        stage = ITEMSIZE[_staging(task, config)]
+        per_tile.update(l0c_to_gm=bm * bn * stage * slices / k_steps,
+                        gm_to_ub=bm * bn * (stage + size * has_residual) / k_steps,
                         vector_ops=bm * bn * (elementwise + has_residual + 1) / k_steps,
                         ub_to_gm=bm * bn * out_size / k_steps)
         transfers.update(l0c_to_gm=slices / k_steps, gm_to_ub=(1 + has_residual) * chunks / k_steps,
                          ub_to_gm=chunks / k_steps)
-        live["ub"] = buffers * rows * tile_n // 2 * (4 + out_size + size * has_residual)
-        tails["ub"] = [ub_lanes * 4, ub_lanes * out_size]
-        footprint += programs * _workspace_slots(task, config) * tile_m * tile_n * 4
+        live["ub"] = buffers * rows * tile_n // 2 * (stage + out_size + size * has_residual)
+        tails["ub"] = [ub_lanes * stage, ub_lanes * out_size]
+        footprint += programs * _workspace_slots(task, config) * tile_m * tile_n * stage
     else:
         per_tile["l0c_to_gm"] = bm * bn * out_size / k_steps
         transfers["l0c_to_gm"] = 1 / k_steps
     return {
         "core": "mixed" if vector else "cube", "programs": programs, "tiles": trips,
         "total_tiles": groups * tiles_m * tiles_n * k_steps, "buffers": buffers, "per_tile": per_tile,
-        "transfers": transfers, "setup": setup, "setup_transfers": setup_transfers, "live": live, "tails": tails,
+        "transfers": transfers, "lead_tiles": lead_tiles, "lead": lead, "lead_transfers": lead_transfers,
+        "serial": ("cube", "fixpipe") if accumulators == 1 and buffers > 1 else (), "live": live, "tails": tails,
         "gm_alignment": gm_alignment, "footprint_bytes": footprint, "cube_dtype": task.dtype, "vector_op_bytes": 4,
     }
 

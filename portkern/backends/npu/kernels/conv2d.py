@@ -32,7 +32,7 @@ def schedule(task, config, target):
     taps = task.inputs[1].shape[2] * task.inputs[1].shape[3]
     # the gathered im2col tile is charged in full (overlapping windows are not reused from L1); one
     # strided DMA per input channel of the slice covers all its kernel offsets (blockCount/stride)
-    return _cube_schedule(task, config, a_dmas=lambda depth: -(-depth // taps), gm_alignment=32,
+    return _cube_schedule(task, config, target, a_dmas=lambda depth: -(-depth // taps), gm_alignment=32,
                           ub_lanes=config["BLOCK_M"])  # NCHW output: the pixel axis is innermost
 
 
