@@ -129,13 +129,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     path = Path(args.model)
     if path.is_dir() or path.name.endswith((".tar.gz", ".tgz")):
         return _inspect_pack(path, args.json)
-    from .partition import partition, summarize
-
     from .backends import get_backend
+    from .partition import backend_tasks, summarize
 
     target = load_target(args.target)
-    graph = _load(args)
-    tasks = summarize(partition(graph, get_backend(target).folds_attention_transposes))
+    graph, tasks_in_order = backend_tasks(_load(args), get_backend(target))
+    tasks = summarize(tasks_in_order)
     data = []
     for task, count in tasks:
         floor = target.profile.floor_seconds(task.flops, task.min_bytes, task.dtype)
@@ -183,12 +182,11 @@ def _inspect_pack(path: Path, as_json: bool) -> int:
 def cmd_profile(args: argparse.Namespace) -> int:
     from .backends import get_backend
     from .hwprofile import load_target
-    from .partition import partition, summarize
+    from .partition import backend_tasks, summarize
     from .profile import profile_tasks, write_trace
 
     backend = get_backend(load_target(args.target, args.backend))
-    graph = _load(args)
-    tasks = partition(graph, backend.folds_attention_transposes)
+    graph, tasks = backend_tasks(_load(args), backend)
     profiles = profile_tasks(summarize(tasks), backend)
     if args.trace:
         write_trace(tasks, profiles, args.trace)

@@ -31,6 +31,7 @@ import numpy as np
 
 from .errors import ModelError, UnsupportedOpError
 from .ir import Graph, Node
+from .layout import is_channels_last, run_as_nchw
 
 Inputs = list["np.ndarray | None"]
 OpImpl = Callable[[Node, Inputs, int], Sequence[np.ndarray]]
@@ -1130,6 +1131,13 @@ def _global_pool(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
     return [out.astype(x.dtype, copy=False)]
 
 
+def _channels_last(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
+    """An NHWC op (layout.py) as its ONNX op on transposed views: it means exactly what ONNX says."""
+    (out,) = run_as_nchw(node, inputs, lambda onnx_node, args: OPS[onnx_node.op_type](onnx_node, args, opset),
+                         np.transpose)
+    return [np.ascontiguousarray(out)]
+
+
 # --------------------------------------------------------------------------- more activations, scans
 
 @_register("SwiGLU")
@@ -2198,6 +2206,8 @@ def run_nodes(nodes: Sequence[Node], env: dict[str, np.ndarray], opset: int) -> 
     """Run nodes in order, reading inputs from env and writing their outputs into it."""
     for node in nodes:
         impl = OPS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        if is_channels_last(node):
+            impl = _channels_last
         if impl is None:
             raise UnsupportedOpError(node.op_type, node.name)
         args: Inputs = [env[name] if name else None for name in node.inputs]

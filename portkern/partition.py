@@ -23,6 +23,8 @@ Patterns (kinds and kernel signatures are in tasks.py):
               ResNet order). Folding yields new weights/bias (when the conv's are constants) that
               live in Task.constants under the task's input names.
   pool        MaxPool, AveragePool (no ceil_mode, no dilation), GlobalAveragePool
+  The NHWC ops of layout.py (NhwcConv, NhwcBatchNormalization, the Nhwc pools: a backend with
+  conv_layout "NHWC") match as conv2d and pool with attrs["layout"] = "nhwc" (tasks.py).
   layernorm   LayerNormalization (last axis), or ReduceMean -> Sub -> Pow 2 | Mul(d,d) -> ReduceMean
               -> Add eps -> Sqrt -> Div | Reciprocal*x -> Mul gamma -> Add beta
   rmsnorm     Pow 2 | Mul(x,x) -> ReduceMean -> Add eps -> Sqrt -> Div | Reciprocal*x -> Mul gamma
@@ -62,14 +64,18 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Collection, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
 
 import ml_dtypes
 import numpy as np
 
 from .executor import _explicit_pads
 from .ir import Graph, Node, TensorSpec
+from .layout import channels_last, is_channels_last
 from .tasks import FLOAT_DTYPES, Task, freeze_attrs
+
+if TYPE_CHECKING:
+    from .backends.base import Backend
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -714,11 +720,13 @@ def _spatial_attrs(node: Node, spatial: Sequence[int], kernel: Sequence[int]) ->
             "dilations": tuple(dilations)}
 
 
-def _per_channel(ctx: _Context, name: str | None, channels: int, *, flat: bool = False) -> np.ndarray | None:
-    """A float constant that applies one value per output channel of an NCHW tensor, as (C,).
+def _per_channel(ctx: _Context, name: str | None, channels: int, channel_axis: int, *,
+                 flat: bool = False) -> np.ndarray | None:
+    """A float constant that applies one value per output channel of a 4-D tensor, as (C,).
 
     `flat`: BatchNormalization's (C,) parameters; otherwise broadcasting must put the values on
-    axis 1 (shape (C,1,1), (1,C,1,1)) or be a single value.
+    the channel axis (1 in NCHW: shape (C,1,1), (1,C,1,1); 3 in NHWC: (C,), (1,1,1,C)) or be a
+    single value.
     """
     value = ctx.graph.constants.get(name or "")
     if value is None or value.dtype.name not in FLOAT_DTYPES:
@@ -727,19 +735,20 @@ def _per_channel(ctx: _Context, name: str | None, channels: int, *, flat: bool =
     if value.size == 1:
         return np.full(channels, float(as_float.reshape(())))
     padded = (1,) * (4 - value.ndim) + tuple(value.shape) if value.ndim <= 4 else ()
-    if (flat and value.shape == (channels,)) or (not flat and padded == (1, channels, 1, 1)):
+    on_axis = tuple(channels if axis == channel_axis else 1 for axis in range(4))
+    if (flat and value.shape == (channels,)) or (not flat and padded == on_axis):
         return as_float.reshape(channels)
     return None
 
 
-def _channel_affine(ctx: _Context, node: Node, value: str, out_shape: tuple[int, ...]
+def _channel_affine(ctx: _Context, node: Node, value: str, out_shape: tuple[int, ...], channel_axis: int
                     ) -> tuple[np.ndarray, np.ndarray] | None:
     """(scale, shift) per output channel when `node` computes scale * value + shift with constants."""
-    channels = out_shape[1]
+    channels = out_shape[channel_axis]
     ones, zeros = np.ones(channels), np.zeros(channels)
-    if node.op_type == "BatchNormalization":
+    if node.op_type == ("NhwcBatchNormalization" if channel_axis == 3 else "BatchNormalization"):
         params = [param for name in node.inputs[1:5]
-                  if (param := _per_channel(ctx, name, channels, flat=True)) is not None]
+                  if (param := _per_channel(ctx, name, channels, channel_axis, flat=True)) is not None]
         if node.inputs[0] != value or node.attrs.get("training_mode", 0) or any(node.outputs[1:]) \
                 or len(params) != 4:
             return None
@@ -748,7 +757,7 @@ def _channel_affine(ctx: _Context, node: Node, value: str, out_shape: tuple[int,
         return scale, beta - mean * scale
     if node.op_type not in ("Mul", "Div", *_ADDS, "Sub") or ctx.shape(node.outputs[0]) != out_shape:
         return None
-    constant = _per_channel(ctx, ctx.other_input(node, value), channels)
+    constant = _per_channel(ctx, ctx.other_input(node, value), channels, channel_axis)
     if constant is None:
         return None
     if node.op_type == "Mul":
@@ -760,6 +769,15 @@ def _channel_affine(ctx: _Context, node: Node, value: str, out_shape: tuple[int,
     if node.op_type == "Div" and node.inputs[0] == value and np.all(constant != 0.0):
         return 1.0 / constant, zeros
     return None
+
+
+def _channel_axis(node: Node) -> int:
+    return 3 if is_channels_last(node) else 1
+
+
+def _spatial_shape(node: Node, shape: Sequence[int]) -> tuple[int, ...]:
+    """(H, W) of a 4-D data tensor or weight (OIHW, or OHWI for an NHWC conv) of the node."""
+    return tuple(shape[1:3] if is_channels_last(node) else shape[2:])
 
 
 def _fold_into_conv(ctx: _Context, conv: Node) -> tuple[list[Node], list[Node], dict[str, np.ndarray]] | None:
@@ -775,16 +793,17 @@ def _fold_into_conv(ctx: _Context, conv: Node) -> tuple[list[Node], list[Node], 
     if w_name not in consts or (bias_name is not None and bias_name not in consts):
         return None
     out_shape = ctx.shape(conv.outputs[0])
+    channel_axis = _channel_axis(conv)
     weight = consts[w_name].astype(np.float64)
-    bias = consts[bias_name].astype(np.float64).reshape(-1) if bias_name else np.zeros(out_shape[1])
+    bias = consts[bias_name].astype(np.float64).reshape(-1) if bias_name else np.zeros(out_shape[channel_axis])
     folded_nodes: list[Node] = []
     cur = conv.outputs[0]
     while (node := ctx.sole_user(cur)) is not None:
-        affine = _channel_affine(ctx, node, cur, out_shape)
+        affine = _channel_affine(ctx, node, cur, out_shape, channel_axis)
         if affine is None:
             break
         scale, shift = affine
-        weight, bias = weight * scale[:, None, None, None], bias * scale + shift
+        weight, bias = weight * scale[:, None, None, None], bias * scale + shift  # OIHW or OHWI
         folded_nodes.append(node)
         cur = node.outputs[0]
     if not folded_nodes:
@@ -792,9 +811,9 @@ def _fold_into_conv(ctx: _Context, conv: Node) -> tuple[list[Node], list[Node], 
     dtype = consts[w_name].dtype
     prefix = f"{conv.name or conv.outputs[0]}::folded"
     folded = {f"{prefix}_weight": weight.astype(dtype), f"{prefix}_bias": bias.astype(dtype)}
-    run = [Node(conv.name, "Conv", [conv.inputs[0], *folded], [conv.outputs[0]], dict(conv.attrs), conv.domain)]
+    run = [Node(conv.name, conv.op_type, [conv.inputs[0], *folded], [conv.outputs[0]], dict(conv.attrs), conv.domain)]
     for node in folded_nodes:
-        run.append(Node(node.name, "Identity", [run[-1].outputs[0]], [node.outputs[0]], domain=node.domain))
+        run.append(Node(node.name, "Identity", [run[-1].outputs[0]], [node.outputs[0]]))
     return run, folded_nodes, folded
 
 
@@ -816,16 +835,23 @@ def _match_conv(ctx: _Context, conv: Node) -> _Match | None:
     oc = w_shape[0]
     epilogue, _, activation, out, residual = _epilogue(ctx, out, None, CONV_ACTIVATIONS,
                                                        residual_first=True)
-    n, c, _, _ = x_shape
-    oh, ow = ctx.shape(out)[2:]
+    n, c = x_shape[0], x_shape[_channel_axis(conv)]
+    oh, ow = _spatial_shape(conv, ctx.shape(out))
+    kernel = _spatial_shape(conv, w_shape)
     group = int(conv.attrs.get("group", 1))
-    macs = n * oc * oh * ow * (c // group) * w_shape[2] * w_shape[3]
-    attrs = {**_spatial_attrs(conv, x_shape[2:], w_shape[2:]), "group": group, "activation": activation,
-             "bias": bias_name is not None, "residual": residual is not None}
+    macs = n * oc * oh * ow * (c // group) * math.prod(kernel)
+    attrs = {**_spatial_attrs(conv, _spatial_shape(conv, x_shape), kernel), "group": group,
+             "activation": activation, "bias": bias_name is not None, "residual": residual is not None,
+             **_layout_attr(conv)}
     flops = 2 * macs + _epilogue_flops(n * oc * oh * ow, bias_name is not None, activation,
                                        residual is not None)
     inputs = [x, w] + [name for name in (bias_name, residual) if name is not None]
     return _Match("conv2d", covers + epilogue, inputs, out, attrs, flops, run + epilogue, folded)
+
+
+def _layout_attr(node: Node) -> dict[str, str]:
+    """attrs["layout"] of an NHWC task; NCHW tasks have none, so their workload keys never changed."""
+    return {"layout": "nhwc"} if is_channels_last(node) else {}
 
 
 def _match_pool(ctx: _Context, node: Node) -> _Match | None:
@@ -834,20 +860,22 @@ def _match_pool(ctx: _Context, node: Node) -> _Match | None:
     if len(shape) != 4 or not ctx.is_float(x) or any(name for name in node.outputs[1:]):
         return None
     out_shape = ctx.shape(node.outputs[0])
-    if node.op_type == "GlobalAveragePool":
-        attrs: dict[str, Any] = {"op": "global_avg", "kernel": tuple(shape[2:]), "strides": (1, 1),
+    op_type = node.op_type.removeprefix("Nhwc") if is_channels_last(node) else node.op_type
+    spatial_shape = _spatial_shape(node, shape)
+    if op_type == "GlobalAveragePool":
+        attrs: dict[str, Any] = {"op": "global_avg", "kernel": spatial_shape, "strides": (1, 1),
                                  "pads": (0, 0, 0, 0)}
     else:
         if node.attrs.get("ceil_mode", 0) or any(d != 1 for d in node.attrs.get("dilations", [1, 1])):
             return None
         kernel = tuple(int(k) for k in node.attrs["kernel_shape"])
-        spatial = _spatial_attrs(node, shape[2:], kernel)
-        attrs = {"op": "max" if node.op_type == "MaxPool" else "avg", "kernel": kernel,
+        spatial = _spatial_attrs(node, spatial_shape, kernel)
+        attrs = {"op": "max" if op_type == "MaxPool" else "avg", "kernel": kernel,
                  "strides": spatial["strides"], "pads": spatial["pads"]}
-        if node.op_type == "AveragePool":
+        if op_type == "AveragePool":
             attrs["count_include_pad"] = bool(node.attrs.get("count_include_pad", 0))
     flops = math.prod(out_shape) * math.prod(attrs["kernel"])
-    return _Match("pool", [node], [x], node.outputs[0], attrs, flops)
+    return _Match("pool", [node], [x], node.outputs[0], {**attrs, **_layout_attr(node)}, flops)
 
 
 def _match_matmul(ctx: _Context, node: Node) -> _Match | None:
@@ -861,6 +889,10 @@ _ANCHORS: dict[str, Callable[[_Context, Node], _Match | None]] = {
     "MaxPool": _match_pool,
     "AveragePool": _match_pool,
     "GlobalAveragePool": _match_pool,
+    "NhwcConv": _match_conv,
+    "NhwcMaxPool": _match_pool,
+    "NhwcAveragePool": _match_pool,
+    "NhwcGlobalAveragePool": _match_pool,
     "LayerNormalization": _match_layernorm_op,
     "ReduceMean": lambda ctx, node: _match_layernorm_primitive(ctx, node) or _match_reduce(ctx, node),
     "ReduceSum": _match_reduce,
@@ -954,12 +986,22 @@ def partition(graph: Graph, fold_attention_transposes: bool = False) -> list[Tas
 
     for node in graph.nodes:
         anchor = _ANCHORS.get(node.op_type)
-        if anchor is not None and id(node) not in ctx.claimed and node.domain in ("", "ai.onnx"):
+        if anchor is not None and id(node) not in ctx.claimed and (node.domain in ("", "ai.onnx")
+                                                                  or is_channels_last(node)):
             claim(anchor(ctx, node))
     for match in _elementwise_matches(ctx):
         claim(match)
     placed.sort(key=lambda item: item[0])
     return [task for _, task in placed]
+
+
+def backend_tasks(graph: Graph, backend: Backend) -> tuple[Graph, list[Task]]:
+    """The graph as the backend runs it (channels-last where its conv_layout is NHWC) and its
+    tasks: the one way the tuner, the runtime and the CLI see a model, so a pack's keys name the
+    tasks a later run makes."""
+    if backend.conv_layout == "NHWC":
+        graph = channels_last(graph)
+    return graph, partition(graph, backend.folds_attention_transposes)
 
 
 def summarize(tasks: Sequence[Task]) -> list[tuple[Task, int]]:

@@ -34,7 +34,7 @@ from .hwprofile import load_target
 from .ir import Graph, Node
 from .onnx_import import load_model
 from .pack import Pack, PackEntry, fingerprint_mismatch, load_pack
-from .partition import partition
+from .partition import backend_tasks, partition
 from .tasks import Task
 from .verify import verify
 
@@ -84,7 +84,10 @@ class Session:
         if self.pack is not None:
             self.backend = get_backend(load_target(self.pack.target["name"], self.pack.target.get("backend")))
         # the tasks as the tune made them (what the pack's keys name)
-        self.tasks = partition(self.graph, self.backend is not None and self.backend.folds_attention_transposes)
+        if self.backend is not None:
+            self.graph, self.tasks = backend_tasks(self.graph, self.backend)
+        else:
+            self.tasks = partition(self.graph)
         self._consumers = self.graph.consumers()
         self.kernels: list[BoundKernel] = []  # the pack's kernels
         self.baselines: list[BoundKernel] = []  # the backend's baseline op where the pack has none

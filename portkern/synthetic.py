@@ -23,6 +23,7 @@ from onnx import helper
 
 from .errors import PortkernError
 from .ir import Graph, Node, TensorSpec
+from .layout import LAYOUT_DOMAIN, TO_NHWC
 from .partition import CONV_ACTIVATIONS, GEMM_ACTIVATIONS, partition
 from .tasks import Task
 
@@ -62,9 +63,9 @@ class GraphBuilder:
         return name
 
     def op(self, op_type: str, inputs: Sequence[str], shape: Sequence[int], dtype: str | None = None,
-           **attrs: Any) -> str:
+           domain: str = "", **attrs: Any) -> str:
         out = f"{op_type.lower()}{len(self.nodes)}"
-        self.nodes.append(Node(out, op_type, list(inputs), [out], attrs))
+        self.nodes.append(Node(out, op_type, list(inputs), [out], attrs, domain))
         self.values[out] = TensorSpec(tuple(int(d) for d in shape), dtype or self.dtype)
         return out
 
@@ -291,34 +292,46 @@ def _window_out(size: int, kernel: int, stride: int, pad: int, dilation: int = 1
 def conv2d_task(n: int, c: int, h: int, w: int, oc: int, kh: int, kw: int, dtype: str = "float32", *,
                 stride: int | Sequence[int] = 1, pad: int | Sequence[int] = 0,
                 dilation: int | Sequence[int] = 1, group: int = 1, activation: str = "none",
-                bias: bool = True, residual: bool = False) -> Task:
-    """act(conv(x, w) + bias + residual); pad is symmetric per spatial axis."""
+                bias: bool = True, residual: bool = False, nhwc: bool = False) -> Task:
+    """act(conv(x, w) + bias + residual); pad is symmetric per spatial axis; nhwc: the same task
+    on NHWC buffers (OHWI weight), as in layout.py's channels-last graph."""
     if c % group or oc % group:
         raise SyntheticTaskError(f"group {group} must divide channels {c} and {oc}")
     (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(pad), _pair(dilation)
     builder = GraphBuilder("conv2d", dtype)
-    out_shape = (n, oc, _window_out(h, kh, sh, ph, dh), _window_out(w, kw, sw, pw, dw))
-    operands = [builder.input("x", (n, c, h, w)), builder.input("w", (oc, c // group, kh, kw))]
+    out_shape = _layout((n, oc, _window_out(h, kh, sh, ph, dh), _window_out(w, kw, sw, pw, dw)), nhwc)
+    operands = [builder.input("x", _layout((n, c, h, w), nhwc)),
+                builder.input("w", _layout((oc, c // group, kh, kw), nhwc))]
     if bias:
         operands.append(builder.input("bias", (oc,)))
-    y = builder.op("Conv", operands, out_shape, kernel_shape=[kh, kw], strides=[sh, sw],
-                   pads=[ph, pw, ph, pw], dilations=[dh, dw], group=group)
+    y = builder.op("NhwcConv" if nhwc else "Conv", operands, out_shape, domain=LAYOUT_DOMAIN if nhwc else "",
+                   kernel_shape=[kh, kw], strides=[sh, sw], pads=[ph, pw, ph, pw], dilations=[dh, dw],
+                   group=group)
     if residual:
         y = builder.op("Add", [y, builder.input("residual", out_shape)], out_shape)
     return builder.task(_activation(builder, y, activation, CONV_ACTIVATIONS))
 
 
+def _layout(nchw_shape: tuple[int, ...], nhwc: bool) -> tuple[int, ...]:
+    """An NCHW (or OIHW) shape, or its NHWC (OHWI) permutation."""
+    return tuple(nchw_shape[axis] for axis in TO_NHWC) if nhwc else nchw_shape
+
+
 def pool_task(n: int, c: int, h: int, w: int, op: str, kernel: int | Sequence[int] = 2,
-              stride: int | Sequence[int] = 2, pad: int | Sequence[int] = 0, dtype: str = "float32") -> Task:
-    """max | avg (count_include_pad=0, the ONNX default) | global_avg (kernel/stride/pad unused)."""
+              stride: int | Sequence[int] = 2, pad: int | Sequence[int] = 0, dtype: str = "float32",
+              nhwc: bool = False) -> Task:
+    """max | avg (count_include_pad=0, the ONNX default) | global_avg (kernel/stride/pad unused);
+    nhwc: the same task on NHWC buffers."""
     builder = GraphBuilder("pool", dtype)
-    x = builder.input("x", (n, c, h, w))
+    x = builder.input("x", _layout((n, c, h, w), nhwc))
+    prefix, domain = ("Nhwc", LAYOUT_DOMAIN) if nhwc else ("", "")
     if op == "global_avg":
-        return builder.task(builder.op("GlobalAveragePool", [x], (n, c, 1, 1)))
+        return builder.task(builder.op(f"{prefix}GlobalAveragePool", [x], _layout((n, c, 1, 1), nhwc),
+                                       domain=domain))
     if op not in ("max", "avg"):
         raise SyntheticTaskError(f"unknown pool '{op}' (max, avg or global_avg)")
     (kh, kw), (sh, sw), (ph, pw) = _pair(kernel), _pair(stride), _pair(pad)
-    out_shape = (n, c, _window_out(h, kh, sh, ph), _window_out(w, kw, sw, pw))
-    y = builder.op("MaxPool" if op == "max" else "AveragePool", [x], out_shape, kernel_shape=[kh, kw],
-                   strides=[sh, sw], pads=[ph, pw, ph, pw])
+    out_shape = _layout((n, c, _window_out(h, kh, sh, ph), _window_out(w, kw, sw, pw)), nhwc)
+    y = builder.op(prefix + ("MaxPool" if op == "max" else "AveragePool"), [x], out_shape, domain=domain,
+                   kernel_shape=[kh, kw], strides=[sh, sw], pads=[ph, pw, ph, pw])
     return builder.task(y)

@@ -22,8 +22,11 @@ Kinds and their kernel signatures (inputs in this order; graph layouts, kernels 
   reduce     x -> y                                            attrs: op (sum|mean|max|min), axes, keepdims
   conv2d     x (N,C,H,W), w (OC,C/g,KH,KW), [bias (OC,)], [residual] -> (N,OC,OH,OW)
              out = act(conv(x, w) + bias + residual)   (ResNet's order; BN folded into w and bias)
-             attrs: strides, pads (t,l,b,r), dilations, group, activation (+ relu6), bias, residual
-  pool       x (N,C,H,W) -> (N,C,OH,OW)   attrs: op (max|avg|global_avg), kernel, strides, pads
+             attrs: strides, pads (t,l,b,r), dilations, group, activation (+ relu6), bias, residual,
+             [layout "nhwc": x (N,H,W,C), w (OC,KH,KW,C/g), residual and out (N,OH,OW,OC); the
+             channels-last graph of layout.py, for a backend whose conv_layout is NHWC]
+  pool       x (N,C,H,W) -> (N,C,OH,OW)   attrs: op (max|avg|global_avg), kernel, strides, pads,
+             [layout "nhwc": x (N,H,W,C) -> (N,OH,OW,C)]
 """
 from __future__ import annotations
 

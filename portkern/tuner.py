@@ -26,7 +26,7 @@ from .measure import MeasureOptions, device_inputs, time_program
 from .models import random_feeds
 from .onnx_import import load_model
 from .pack import Pack, PackEntry, write_pack
-from .partition import partition, summarize
+from .partition import backend_tasks, summarize
 from .priors import Measured, load_priors, nearest_configs
 from .profile import TaskProfile, baseline_program, profile_tasks
 from .search.proposers import BuiltinProposer, Feedback, Proposer, RulesProposer
@@ -243,7 +243,7 @@ def run_tune(model_path: Path, options: TuneOptions, out: Path | None,
     graph = load_model(model_path, options.shapes)
     target = load_target(options.target, options.backend)
     backend = get_backend(target)
-    tasks = partition(graph, backend.folds_attention_transposes)
+    graph, tasks = backend_tasks(graph, backend)
     work_dir = _prepare_work_dir(options, out)
     storage = options.storage or f"sqlite:///{(work_dir / 'study.db').resolve()}"
     log = RecordLog(work_dir / "records.jsonl")

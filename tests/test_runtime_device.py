@@ -14,6 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from portkern.backends import get_backend
+from portkern.layout import LAYOUT_DOMAIN, ONNX_OF
 from portkern.backends.base import Artifact, Candidate
 from portkern.backends.triton import TritonBackend
 from portkern.backends.triton.glue import stretch_piece, unsupported_reason
@@ -55,6 +56,7 @@ def _cases() -> list[Any]:
     rng = np.random.default_rng(0)
     x3 = _f32(rng, 2, 3, 4)
     x4 = _f32(rng, 2, 4, 9, 7)
+    nhwc = np.ascontiguousarray(x4.transpose(0, 2, 3, 1))
     cases: list[tuple[str, str, dict[str, Any], dict[str, Any], dict[str, Any], int, int, float]] = [
         ("reshape-zero-copies", "Reshape", {}, {"x": x3}, {"shape": _ints(0, -1)}, 1, 17, 0),
         ("reshape-allowzero", "Reshape", {"allowzero": 1}, {"x": np.zeros((0, 2, 2), np.float32)},
@@ -145,6 +147,17 @@ def _cases() -> list[Any]:
          {"kernel_shape": [2, 3], "strides": [1, 2], "pads": [0, 1, 1, 1], "ceil_mode": 1},
          {"x": x4}, {}, 1, 17, 1e-5),
         ("globalaveragepool", "GlobalAveragePool", {}, {"x": x4}, {}, 1, 17, 1e-5),
+        # the channels-last graph's ops (layout.py): NHWC data, OHWI weights
+        ("nhwc-conv-groups", "NhwcConv", {"pads": [1, 0, 2, 1], "strides": [2, 1], "dilations": [1, 2], "group": 2},
+         {"x": nhwc}, {"w": _f32(rng, 6, 3, 2, 2), "b": _f32(rng, 6)}, 1, 17, 1e-5),
+        ("nhwc-batchnorm", "NhwcBatchNormalization", {"epsilon": 1e-3}, {"x": nhwc},
+         {"scale": _f32(rng, 4), "bias": _f32(rng, 4), "mean": _f32(rng, 4), "var": np.abs(_f32(rng, 4)) + 0.5},
+         1, 17, 1e-5),
+        ("nhwc-maxpool-ceil", "NhwcMaxPool", {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 1, 1],
+                                              "ceil_mode": 1}, {"x": nhwc}, {}, 1, 17, 0),
+        ("nhwc-averagepool", "NhwcAveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+         {"x": nhwc}, {}, 1, 17, 1e-5),
+        ("nhwc-globalaveragepool", "NhwcGlobalAveragePool", {}, {"x": nhwc}, {}, 1, 17, 1e-5),
         ("identity", "Identity", {}, {"x": x3}, {}, 1, 17, 0),
         ("dropout-inference", "Dropout", {}, {"x": x3}, {}, 2, 17, 0),
         ("constant", "Constant", {"value": _f32(rng, 2, 3)}, {}, {}, 1, 17, 0),
@@ -162,7 +175,8 @@ def test_glue_op_matches_the_executor(backend: TritonBackend, op: str, attrs: di
                                       data: dict[str, np.ndarray], constants: dict[str, np.ndarray],
                                       outputs: int, opset: int, tolerance: float) -> None:
     inputs = [*data, *constants]
-    node = Node(f"the_{op}", op, inputs, [f"y{i}" for i in range(outputs)], attrs)
+    node = Node(f"the_{op}", op, inputs, [f"y{i}" for i in range(outputs)], attrs,
+                LAYOUT_DOMAIN if op in ONNX_OF else "")
     data = {name: value for name, value in data.items() if name}
     constants = {name: np.asarray(value) for name, value in constants.items()}
     want: dict[str, np.ndarray] = {**data, **constants}

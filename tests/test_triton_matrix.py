@@ -64,6 +64,13 @@ CASES: dict[str, list[Callable[[str], Task]]] = {
         lambda dt: synthetic.conv2d_task(2, 6, 9, 10, 6, 3, 3, dt, stride=2, pad=1, group=6, activation="relu",
                                          residual=True),
         lambda dt: synthetic.conv2d_task(1, 3, 7, 7, 6, 5, 5, dt, pad=2, group=3, bias=False),
+        # the channels-last graph's tasks (layout.py): NHWC buffers, OHWI weights
+        lambda dt: synthetic.conv2d_task(2, 5, 9, 7, 6, 3, 3, dt, pad=1, activation="relu", nhwc=True),
+        lambda dt: synthetic.conv2d_task(1, 40, 7, 6, 12, 3, 3, dt, stride=(1, 2), pad=(2, 1), dilation=(2, 1),
+                                         group=2, residual=True, activation="sigmoid", nhwc=True),
+        lambda dt: synthetic.conv2d_task(1, 20, 6, 7, 33, 1, 1, dt, residual=True, activation="relu", nhwc=True),
+        lambda dt: synthetic.conv2d_task(2, 6, 9, 10, 6, 3, 3, dt, stride=2, pad=1, group=6, activation="relu",
+                                         residual=True, nhwc=True),
     ],
 }
 
@@ -143,3 +150,17 @@ def test_gemv_tensor_core_rows_refuse_the_lane_reduction() -> None:
     reason = BACKEND.check(Candidate.of(variant, {**variant.default, "REDUCE": "end", "SPLIT_K": 1}), task)
     assert reason is not None and "tensor cores" in reason
     assert _valid(variant, {**variant.default, "REDUCE": "step", "SPLIT_K": 1}, task)
+
+
+@pytest.mark.parametrize("dtype", ("float32", "float16"))
+def test_nhwc_conv_walks_filter_rows_where_a_tap_has_few_channels(dtype: str) -> None:
+    """TAP_ROWS: a K step is a run of a filter row's KW x C values (a 3-channel stem), with pads
+    cutting runs at both image edges, strides, and a row longer than one BLOCK_K."""
+    variant = VARIANTS["conv2d_nhwc"]
+    task = synthetic.conv2d_task(2, 3, 11, 13, 10, 7, 7, dtype, stride=2, pad=3, activation="relu", nhwc=True)
+    for block_k in (16, 32):
+        config = {**variant.default, "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": block_k, "TAP_ROWS": True}
+        assert _valid(variant, config, task)
+        run_gate(variant, config, task)
+    assert not _valid(variant, {**variant.default, "TAP_ROWS": True}, synthetic.conv2d_task(
+        1, 64, 8, 8, 64, 3, 3, dtype, pad=1, nhwc=True))  # a 64-channel tap fills BLOCK_K already

@@ -61,6 +61,12 @@ POOL_CASES = (
     ((2, 5, 7, 7, "global_avg"), {"pool_window", "pool_global"}),
     ((1, 3, 10, 13, "global_avg"), {"pool_window", "pool_global"}),
 )
+# the channels-last graph's pools (layout.py): lanes walk channels
+NHWC_POOL_CASES = (
+    ((2, 3, 7, 7, "max", 3, 2, 1), {"pool_window"}),
+    ((1, 5, 9, 8, "avg", 3, 2, 1), {"pool_window"}),
+    ((2, 5, 7, 7, "global_avg"), {"pool_window"}),
+)
 
 
 def _cases(kind: str, dtype: str) -> list[tuple[Task, set[str]]]:
@@ -70,7 +76,8 @@ def _cases(kind: str, dtype: str) -> list[tuple[Task, set[str]]]:
     if kind == "reduce":
         return [(synthetic.reduce_task(shape, dtype, op, axes, keepdims), names)
                 for (shape, op, axes, keepdims), names in REDUCE_CASES]
-    return [(synthetic.pool_task(*args, dtype=dtype), names) for args, names in POOL_CASES]
+    return ([(synthetic.pool_task(*args, dtype=dtype), names) for args, names in POOL_CASES]
+            + [(synthetic.pool_task(*args, dtype=dtype, nhwc=True), names) for args, names in NHWC_POOL_CASES])
 
 
 def _random_inputs(task: Task, rng: np.random.Generator, scale: float = 1.0) -> list[np.ndarray]:

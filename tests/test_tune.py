@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +68,53 @@ def test_tune_pack_run(tmp_path: Path) -> None:
     assert len(session.kernels) == len(pack.entries)
     assert len(session.kernels) + len(session.fallbacks) == 3
     feeds = random_feeds(session.graph, seed=5)
+    got = session.run(feeds)["y"]
+    want = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-4
+
+
+def _small_cnn(path: Path) -> Path:
+    """Conv -> BN -> Relu -> MaxPool -> Conv -> BN -> + residual -> Relu -> GlobalAveragePool ->
+    Flatten -> Gemm: a ResNet block in miniature, NCHW as every exporter writes it."""
+    rng = np.random.default_rng(1)
+
+    def init(name: str, *shape: int, scale: float = 0.3, offset: float = 0.0) -> onnx.TensorProto:
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale + offset).astype(np.float32), name)
+
+    inits = [init("w1", 16, 8, 3, 3), init("w2", 16, 16, 3, 3, scale=0.1), init("fc", 10, 16), init("fc_b", 10)]
+    for bn in ("bn1", "bn2"):
+        inits += [init(f"{bn}_g", 16, offset=1.0), init(f"{bn}_b", 16), init(f"{bn}_m", 16),
+                  numpy_helper.from_array(rng.uniform(0.5, 1.5, 16).astype(np.float32), f"{bn}_v")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c1", "bn1_g", "bn1_b", "bn1_m", "bn1_v"], ["n1"], name="bn1"),
+             helper.make_node("Relu", ["n1"], ["r1"], name="relu1"),
+             helper.make_node("MaxPool", ["r1"], ["p1"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["p1", "w2"], ["c2"], name="conv2", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c2", "bn2_g", "bn2_b", "bn2_m", "bn2_v"], ["n2"], name="bn2"),
+             helper.make_node("Add", ["n2", "p1"], ["sum"], name="residual"),
+             helper.make_node("Relu", ["sum"], ["r2"], name="relu2"),
+             helper.make_node("GlobalAveragePool", ["r2"], ["g"], name="gap"),
+             helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
+             helper.make_node("Gemm", ["f", "fc", "fc_b"], ["y"], name="fc", transB=1)]
+    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8, 10, 10])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 10])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_a_cnn_tunes_and_runs_channels_last_on_the_triton_backend(tmp_path: Path) -> None:
+    """The Triton backend's graph is NHWC inside (layout.py): conv and pool tasks on NHWC buffers,
+    two boundary Transposes, and the model with the pack still answers as onnxruntime does."""
+    model = _small_cnn(tmp_path / "cnn.onnx")
+    report = portkern.tune(model, target="h200", out=tmp_path / "cnn.pkpack", trials=8, per_task_trials=2,
+                           min_task_trials=1, measure=FAST)
+    tasks = [o.profile.task for o in report.outcomes]
+    assert Counter((t.kind, t.attr("layout")) for t in tasks) >= Counter({("conv2d", "nhwc"): 2, ("pool", "nhwc"): 2})
+    assert report.end_to_end["passed"] and report.end_to_end["max_rel_l2_vs_onnxruntime"] < 1e-4
+    session = portkern.Session(model, tmp_path / "cnn.pkpack")
+    assert [n.op_type for n in session.graph.nodes].count("Transpose") == 2
+    assert not session.host_fallbacks  # every NHWC op has device glue or a kernel
+    feeds = random_feeds(session.graph, seed=6)
     got = session.run(feeds)["y"]
     want = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-4
@@ -145,3 +193,4 @@ def test_tune_with_an_llm_endpoint_keeps_only_what_the_gate_passes(tmp_path: Pat
     transcripts = sorted((report.work_dir / "transcripts").rglob("*.json"))
     assert len(transcripts) >= 3
     assert report.end_to_end["passed"]
+

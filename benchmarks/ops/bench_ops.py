@@ -43,7 +43,7 @@ def suites(smoke: bool) -> dict[str, list[tuple[str, Task]]]:
                 "gemv": [("gemv m1 96x80", gemm_task(1, 96, 80, "float16", trans_b=True))],
                 "gemm": [("gemm 70x60x50", gemm_task(70, 60, 50, "float16"))],
                 "attention": [("attn b1h2s32d16", attention_task(1, 2, 32, 16, "float16"))],
-                "conv": [("conv 3x3 b1 c8 10x10", conv2d_task(1, 8, 10, 10, 16, 3, 3, "float16", pad=1))]}
+                "conv": [("conv 3x3 b1 c8 10x10", conv2d_task(1, 8, 10, 10, 16, 3, 3, "float16", pad=1, nhwc=True))]}
     memory = [("softmax 16384x4096", softmax_task(16384, 4096, "float16")),
               ("layernorm 16384x4096", layernorm_task(16384, 4096, "float16")),
               ("rmsnorm 16384x4096", rmsnorm_task(16384, 4096, "float16"))]
@@ -57,9 +57,11 @@ def suites(smoke: bool) -> dict[str, list[tuple[str, Task]]]:
     attention = [("attn b32 h12 s128 d64", attention_task(32, 12, 128, 64, "float16")),
                  ("attn b8 h12 s512 d64", attention_task(8, 12, 512, 64, "float16")),
                  ("attn causal b4 h32 s2048 d128", attention_task(4, 32, 2048, 128, "float16", causal=True))]
-    # ResNet-50's convolutions at batch 32 (BN folded into the bias, ReLU fused as in its blocks)
-    conv = [(f"conv {kh}x{kh} s{stride} c{c} oc{oc} {hw}x{hw}",
-             conv2d_task(32, c, hw, hw, oc, kh, kh, "float16", stride=stride, pad=kh // 2, activation="relu"))
+    # ResNet-50's convolutions at batch 32 in NHWC, as portkern's Triton graph has them (BN folded
+    # into the bias, ReLU fused as in its blocks); the baseline is cuDNN on channels-last tensors
+    conv = [(f"conv {kh}x{kh} s{stride} c{c} oc{oc} {hw}x{hw} nhwc",
+             conv2d_task(32, c, hw, hw, oc, kh, kh, "float16", stride=stride, pad=kh // 2, activation="relu",
+                         nhwc=True))
             for c, oc, hw, kh, stride in ((3, 64, 224, 7, 2), (64, 64, 56, 3, 1), (64, 256, 56, 1, 1),
                                           (256, 64, 56, 1, 1), (128, 128, 28, 3, 1), (256, 256, 14, 3, 1),
                                           (1024, 256, 14, 1, 1), (512, 512, 7, 3, 1), (512, 2048, 7, 1, 1))]

@@ -76,13 +76,14 @@ def build_task(kind: str, dims: Sequence[int], flags: dict[str, str], dtype: str
     return synthetic.conv2d_task(n, c, h, w, oc, kh, kw, dtype, stride=int(flags.get("stride", 1)),
                                  pad=int(flags.get("pad", 0)), dilation=int(flags.get("dilation", 1)),
                                  group=int(flags.get("group", 1)), activation=activation,
-                                 residual="residual" in on)
+                                 residual="residual" in on, nhwc="nhwc" in on)
 
 
 def parse_ops(text: str, dtype: str) -> list[tuple[str, Task]]:
     """'kind:SIZES[:flag+key=value]' entries joined by commas -> (label, task). Flags: bias, residual,
     trans_b and an activation for gemm; mask, causal, k_transposed, kv=SEQ_KV for attention;
-    stride=, pad=, dilation=, group=, residual and an activation for conv2d."""
+    stride=, pad=, dilation=, group=, residual, nhwc (the channels-last graph's task) and an activation
+    for conv2d."""
     found = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         kind, _, rest = item.partition(":")
@@ -100,11 +101,14 @@ def parse_ops(text: str, dtype: str) -> list[tuple[str, Task]]:
     return found
 
 
-def config_grid(backend: Backend, variant: Variant, task: Task, limit: int, seed: int) -> list[dict[str, Any]]:
-    """DEFAULT (when valid) first, then seeded samples from the space that pass the backend's check."""
+def config_grid(backend: Backend, variant: Variant, task: Task, limit: int, seed: int,
+                subspace: dict[str, list[Any]] | None = None) -> list[dict[str, Any]]:
+    """DEFAULT (when valid) first, then seeded samples that pass the backend's check: from the
+    space, or from the space with the parameters `subspace` names restricted to its values."""
     rng = random.Random(seed)
     default = dict(variant.default)
-    pool = [default] + [{name: rng.choice(choices) for name, choices in variant.space.items()}
+    space = {name: (subspace or {}).get(name, choices) for name, choices in variant.space.items()}
+    pool = [default] + [{name: rng.choice(choices) for name, choices in space.items()}
                         for _ in range(limit * 50)]
     grid: list[dict[str, Any]] = []
     for config in pool:
@@ -136,14 +140,17 @@ def measure(backend: Backend, program: Callable[..., None], task: Task, inputs: 
     return result
 
 
-def bench_task(backend: Backend, label: str, task: Task, limit: int, seed: int) -> dict[str, Any]:
+def bench_task(backend: Backend, label: str, task: Task, limit: int, seed: int,
+               only: frozenset[str] = frozenset(), subspace: dict[str, list[Any]] | None = None) -> dict[str, Any]:
     inputs = device_inputs(backend, task, MEASURE.input_sets)
     want = reference_output(task, inputs[0])
     baseline = backend.baseline(task)
     assert baseline is not None
     rows = [{"name": "torch eager", "config": None, **measure(backend, baseline, task, inputs, want, "fp32")}]
     for variant in backend.variants(task):
-        for config in config_grid(backend, variant, task, limit, seed):
+        if only and variant.name not in only:
+            continue
+        for config in config_grid(backend, variant, task, limit, seed, subspace):
             row: dict[str, Any] = {"name": variant.name, "precision": variant.precision, "config": config}
             try:
                 artifact = backend.compile(Candidate.of(variant, config), task)
@@ -186,6 +193,13 @@ def summary(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _literal(text: str) -> Any:
+    """A --subspace value as the space holds it: an int, a bool, or the text."""
+    if text.lstrip("-").isdigit():
+        return int(text)
+    return {"True": True, "False": False}.get(text, text)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--ops", default=DEFAULT_OPS,
@@ -197,28 +211,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the config sampling")
     parser.add_argument("--allow-tf32", action="store_true", help="let torch's fp32 baselines use TF32")
     parser.add_argument("--dry-run", action="store_true", help="list tasks, variants and configs; time nothing")
-    parser.add_argument("--out", type=Path, help="write the full results as JSON here")
+    parser.add_argument("--variants", default="", help="comma-separated variant names to time (default: all)")
+    parser.add_argument("--subspace", default="",
+                        help="sample only these values of some parameters, e.g. 'BLOCK_K=32/64;num_warps=4/8'")
+    parser.add_argument("--out", type=Path, help="write the full results as JSON here (after every op)")
     args = parser.parse_args(argv)
     backend = get_backend(load_target(args.target))
     tasks = parse_ops(args.ops, args.dtype)
+    only = frozenset(filter(None, args.variants.split(",")))
+    subspace = {name: [_literal(v) for v in values.split("/")]
+                for name, _, values in (item.partition("=") for item in args.subspace.split(";") if item)}
     if args.dry_run:
         for label, task in tasks:
             print(f"{label}: {task.flops / 1e9:.2f} GFLOP, {task.min_bytes / 1e6:.1f} MB")
             for variant in backend.variants(task):
-                grid = config_grid(backend, variant, task, args.configs, args.seed)
-                print(f"  {variant.name} ({variant.precision}): {len(grid)} configs, first {grid[0]}")
+                if only and variant.name not in only:
+                    continue
+                grid = config_grid(backend, variant, task, args.configs, args.seed, subspace)
+                print(f"  {variant.name} ({variant.precision}): {len(grid)} configs"
+                      + (f", first {grid[0]}" if grid else ""))
         return 0
     if not torch.cuda.is_available():
         raise SystemExit("grid_matrix times kernels on a GPU; use --dry-run on a CPU-only machine")
     torch.backends.cuda.matmul.allow_tf32 = args.allow_tf32
     torch.backends.cudnn.allow_tf32 = args.allow_tf32
-    results = [bench_task(backend, label, task, args.configs, args.seed) for label, task in tasks]
+    results = []
+    for label, task in tasks:  # written after each op, so a run cut short keeps what it finished
+        results.append(bench_task(backend, label, task, args.configs, args.seed, only, subspace))
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            report = {"environment": environment(backend, sys.argv, args.allow_tf32), "results": results}
+            args.out.write_text(json.dumps(report, indent=1, default=str))
     print(summary(results))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        report = {"environment": environment(backend, sys.argv, args.allow_tf32), "results": results}
-        args.out.write_text(json.dumps(report, indent=1, default=str))
-        print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
 

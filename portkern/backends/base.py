@@ -140,6 +140,9 @@ class Backend(ABC):
     # attention kernels read q, k, v and write the output through strides: partition then folds
     # the head split/merge Transposes into the attention task (no copies; tasks.py, perms)
     folds_attention_transposes: ClassVar[bool] = False
+    # "NHWC": convolutions and pools want the channels innermost, and the graph is rewritten
+    # channels-last before it is partitioned (layout.py; partition.backend_tasks)
+    conv_layout: ClassVar[str] = "NCHW"
     # False in a compile worker: compile() must launch nothing, since another process is timing
     # a kernel on the same device (a JIT that builds on first run builds without running)
     compile_launches: bool = True

@@ -33,7 +33,18 @@ _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 def for_task(task: Task) -> Compute | None:
     """The baseline for a task, or None for a kind without one."""
     builder = _BUILDERS.get(task.kind)
-    return None if builder is None else builder(task)
+    if builder is None:
+        return None
+    return _channels_last(builder(task)) if task.attr("layout") == "nhwc" else builder(task)
+
+
+def _channels_last(compute: Compute) -> Compute:
+    """An NHWC task's baseline: the NCHW op on permuted views (channels-last strides, so cuDNN
+    runs its NHWC kernels, as a torch user with channels_last tensors gets) and its result
+    permuted back into the buffers' layout."""
+    def run(inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+        return compute([x.permute(0, 3, 1, 2) if x.ndim == 4 else x for x in inputs]).permute(0, 2, 3, 1)
+    return run
 
 
 def _gemm(task: Task) -> Compute:

@@ -30,6 +30,7 @@ from ...errors import UnsupportedOpError
 from ...executor import (OPS, _attr, _coerced_2d, _conv_geometry, _ints, _onnx_dtype, _opt, _pool_geometry,
                          _reduce_axes, _stash_dtype, slice_arguments)
 from ...ir import Node
+from ...layout import ONNX_OF, is_channels_last, nchw_node, run_as_nchw
 from ...onnx_import import VALUE_SHAPED_INPUTS
 from ..base import ExecutorStretch, StretchPiece
 from .modules import torch_dtype
@@ -351,6 +352,14 @@ def _global_pool(node: Node, inputs: list[Any], context: GlueContext) -> list[to
     return [torch.amax(x, dim=axes, keepdim=True)]
 
 
+@_register(*ONNX_OF)
+def _channels_last(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """An NHWC op (layout.py) as its ONNX op's glue on permuted views: on a GPU torch then runs
+    cuDNN's channels-last kernels, and their output permutes back to a contiguous NHWC tensor."""
+    return run_as_nchw(node, inputs, lambda onnx_node, args: GLUE[onnx_node.op_type](onnx_node, args, context),
+                       lambda x, perm: x.permute(*perm))
+
+
 # --------------------------------------------------------------------------- what glue does not cover
 
 def _cast_limit(node: Node) -> str | None:
@@ -376,7 +385,9 @@ LIMITS: dict[str, Callable[[Node], str | None]] = {
 
 def unsupported_reason(node: Node) -> str | None:
     """Why a node cannot run as device glue (it then runs in the executor), or None."""
-    if node.domain not in ("", "ai.onnx") or node.op_type not in GLUE:
+    if is_channels_last(node):
+        node = nchw_node(node)
+    elif node.domain not in ("", "ai.onnx") or node.op_type not in GLUE:
         return f"no device glue for {node.op_type}"
     limit = LIMITS.get(node.op_type)
     problem = limit(node) if limit is not None else None

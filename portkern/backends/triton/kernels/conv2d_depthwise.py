@@ -3,7 +3,8 @@
 As an implicit GEMM a depthwise conv has K = KH*KW and one output channel per group, so a
 tensor-core tile would be mostly padding. Here a program owns BLOCK_P output pixels x BLOCK_C
 channels and accumulates the KH*KW taps with fp32 multiply-adds; output channel oc reads input
-channel oc // (OC / C). Epilogue in partition.py's conv order: act(conv + bias + residual).
+channel oc // (OC / C); an NHWC task's buffers are read through permuted strides. Epilogue in
+partition.py's conv order: act(conv + bias + residual).
 """
 import math
 
@@ -11,6 +12,7 @@ import triton
 import triton.language as tl
 
 # include: activation
+# include: conv_common
 
 KIND = "conv2d"
 PRECISION = "fp32"
@@ -20,7 +22,7 @@ VALUES_PER_THREAD = 64  # fp32 accumulator values a thread holds
 
 
 def constraints(task, config, target):
-    channels, group = task.inputs[0].shape[1], int(task.attr("group", 1))
+    channels, group = _nchw_shape(task, task.inputs[0].shape)[1], int(task.attr("group", 1))
     if group != channels:
         return f"not depthwise: group {group} != {channels} input channels"
     if task.attr("residual", False) and task.inputs[-1].shape != task.outputs[0].shape:
@@ -71,16 +73,13 @@ def _conv2d_depthwise(x_ptr, w_ptr, o_ptr, bias_ptr, res_ptr, OC, MULTIPLIER, H,
 
 
 def launch(task, config, inputs, outputs):
-    x, w, out = inputs[0], inputs[1], outputs[0]
+    x, w, out = _nchw(task, inputs[0]), _nchw(task, inputs[1]), _nchw(task, outputs[0])
     batch, channels, height, width = x.shape
     out_channels, _, kernel_h, kernel_w = w.shape
     out_h, out_w = out.shape[2], out.shape[3]
-    stride_h, stride_w = task.attr("strides", (1, 1))
-    pad_t, pad_l = task.attr("pads", (0, 0, 0, 0))[:2]
-    dil_h, dil_w = task.attr("dilations", (1, 1))
-    has_bias, has_residual = bool(task.attr("bias", False)), bool(task.attr("residual", False))
-    bias = inputs[2] if has_bias else x
-    residual = inputs[-1] if has_residual else x
+    (stride_h, stride_w), (pad_t, pad_l), (dil_h, dil_w), _ = _conv_attrs(task)
+    has_bias, has_residual, bias, residual = _epilogue_operands(task, inputs, x)
+    residual = _nchw(task, residual) if has_residual else x
     pixels = batch * out_h * out_w
     w_strides = w.stride()
     grid = (triton.cdiv(pixels, config["BLOCK_P"]), triton.cdiv(out_channels, config["BLOCK_C"]))

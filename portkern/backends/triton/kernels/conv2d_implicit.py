@@ -1,4 +1,6 @@
 """2-D convolution as an implicit GEMM on NCHW tensors: no im2col buffer, no layout change.
+On an NHWC task it reads the same buffers through permuted strides (conv2d_nhwc is the variant
+made for that layout; this one can still win where a tap has few channels, as a 3-channel stem).
 
 The GEMM view is M = N*OH*OW output pixels, N = OC/group channels, K = C/group*KH*KW. A program
 owns a BLOCK_M x BLOCK_N output tile of one group and gathers its A tile straight from the NCHW
@@ -12,6 +14,7 @@ import triton
 import triton.language as tl
 
 # include: activation
+# include: conv_common
 
 KIND = "conv2d"
 PRECISION = "fp32"
@@ -77,17 +80,13 @@ def _conv2d_implicit(x_ptr, w_ptr, o_ptr, bias_ptr, res_ptr, C_G, H, W, OC_G, OH
 
 
 def launch(task, config, inputs, outputs):
-    x, w, out = inputs[0], inputs[1], outputs[0]
+    x, w, out = _nchw(task, inputs[0]), _nchw(task, inputs[1]), _nchw(task, outputs[0])
     batch, channels, height, width = x.shape
     out_channels, channels_per_group, kernel_h, kernel_w = w.shape
     out_h, out_w = out.shape[2], out.shape[3]
-    groups = int(task.attr("group", 1))
-    stride_h, stride_w = task.attr("strides", (1, 1))
-    pad_t, pad_l = task.attr("pads", (0, 0, 0, 0))[:2]
-    dil_h, dil_w = task.attr("dilations", (1, 1))
-    has_bias, has_residual = bool(task.attr("bias", False)), bool(task.attr("residual", False))
-    bias = inputs[2] if has_bias else x
-    residual = inputs[-1] if has_residual else x
+    (stride_h, stride_w), (pad_t, pad_l), (dil_h, dil_w), groups = _conv_attrs(task)
+    has_bias, has_residual, bias, residual = _epilogue_operands(task, inputs, x)
+    residual = _nchw(task, residual) if has_residual else x
     pixels = batch * out_h * out_w
     oc_per_group = out_channels // groups
     grid = (triton.cdiv(pixels, config["BLOCK_M"]), triton.cdiv(oc_per_group, config["BLOCK_N"]), groups)

@@ -18,8 +18,8 @@ DEFAULT = {"ROWS_PER_PROGRAM": 4, "BLOCK_HW": 64, "num_warps": 4}
 def constraints(task, config, target):
     if task.attr("op") != "global_avg":
         return "this variant only does global average pooling"
-    if len(task.inputs[0].shape) != 4 or task.inputs[0].numel == 0:
-        return "global pooling takes a non-empty NCHW input"
+    if len(task.inputs[0].shape) != 4 or task.inputs[0].numel == 0 or task.attr("layout") == "nhwc":
+        return "this variant takes a non-empty NCHW input (pool_window walks NHWC channels)"
     return _spill_reason(config["ROWS_PER_PROGRAM"] * config["BLOCK_HW"], config, target)
 
 

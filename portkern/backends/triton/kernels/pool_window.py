@@ -1,7 +1,7 @@
-"""Max / average / global-average pooling over NCHW, one program per BLOCK outputs.
+"""Max / average / global-average pooling over NCHW or NHWC, one program per BLOCK outputs.
 
-Outputs are numbered row-major (n, c, oh, ow), so neighbouring lanes read neighbouring input
-columns; each output walks its KH x KW window (a loop, not unrolled, so global windows stay
+Outputs are numbered in the buffer's own order, (n, c, oh, ow) or (n, oh, ow, c), so
+neighbouring lanes read neighbouring input columns or channels; each output walks its KH x KW window (a loop, not unrolled, so global windows stay
 small code) with padding and window ends masked. Average divides by the real elements, or by the
 padded window clipped to the explicit pads when count_include_pad is set (ONNX semantics).
 """
@@ -19,9 +19,14 @@ OPS = ("max", "avg", "global_avg")
 # include: rowwise
 
 
+def _spatial(task, spec):
+    """(H, W) of a 4-D spec of the task, in its layout."""
+    return tuple(spec.shape[1:3] if task.attr("layout") == "nhwc" else spec.shape[2:])
+
+
 def _geometry(task):
     """(kernel, strides, begin pads, end pads) for H and W; global pooling is one whole-image window."""
-    height, width = task.inputs[0].shape[2:]
+    height, width = _spatial(task, task.inputs[0])
     if task.attr("op") == "global_avg":
         return (height, width), (1, 1), (0, 0), (0, 0)
     kernel = tuple(task.attr("kernel"))
@@ -34,7 +39,7 @@ def constraints(task, config, target):
     if task.attr("op") not in OPS:
         return f"op {task.attr('op')!r} is not one of {', '.join(OPS)}"
     if len(task.inputs[0].shape) != 4:
-        return "pooling kernels take NCHW input"
+        return "pooling kernels take 4-D NCHW or NHWC input"
     if any(d != 1 for d in task.attr("dilations") or (1, 1)):
         return "dilated pooling windows are not supported"
     if task.outputs[0].numel == 0:
@@ -43,16 +48,23 @@ def constraints(task, config, target):
 
 
 @triton.jit
-def _pool_window(x_ptr, y_ptr, n_outputs, height, width, out_height, out_width,
+def _pool_window(x_ptr, y_ptr, n_outputs, channels, height, width, out_height, out_width,
                  KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
                  PAD_TOP: tl.constexpr, PAD_LEFT: tl.constexpr, PAD_BOTTOM: tl.constexpr,
                  PAD_RIGHT: tl.constexpr, IS_MAX: tl.constexpr, COUNT_PADS: tl.constexpr,
-                 BLOCK: tl.constexpr):
+                 CHANNELS_LAST: tl.constexpr, BLOCK: tl.constexpr):
+    """NCHW: each (n, c) plane is an image of one channel (channels = 1 below); NHWC: an image
+    holds `channels` interleaved planes and a lane starts at its channel."""
     index = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     valid = index < n_outputs
-    ow = index % out_width
-    oh = (index // out_width) % out_height
-    image = x_ptr + (index // (out_width * out_height)) * height * width
+    if CHANNELS_LAST:
+        pixel = index // channels
+        image = x_ptr + (pixel // (out_width * out_height)) * height * width * channels + index % channels
+    else:
+        pixel = index
+        image = x_ptr + (pixel // (out_width * out_height)) * height * width
+    ow = pixel % out_width
+    oh = (pixel // out_width) % out_height
     top = oh * SH - PAD_TOP
     left = ow * SW - PAD_LEFT
     if IS_MAX:
@@ -66,10 +78,10 @@ def _pool_window(x_ptr, y_ptr, n_outputs, height, width, out_height, out_width,
             iw = left + kw
             ok = row_ok & (iw >= 0) & (iw < width)
             if IS_MAX:
-                x = tl.load(image + ih * width + iw, mask=ok, other=-float("inf"))
+                x = tl.load(image + (ih * width + iw) * channels, mask=ok, other=-float("inf"))
                 acc = tl.maximum(acc, x.to(tl.float32))
             else:
-                acc += tl.load(image + ih * width + iw, mask=ok, other=0.0).to(tl.float32)
+                acc += tl.load(image + (ih * width + iw) * channels, mask=ok, other=0.0).to(tl.float32)
     if not IS_MAX:
         if COUNT_PADS:
             lo_h, hi_h = -PAD_TOP, height + PAD_BOTTOM
@@ -84,13 +96,15 @@ def _pool_window(x_ptr, y_ptr, n_outputs, height, width, out_height, out_width,
 
 
 def launch(task, config, inputs, outputs):
-    height, width = task.inputs[0].shape[2:]
-    out_height, out_width = task.outputs[0].shape[2:]
+    channels_last = task.attr("layout") == "nhwc"
+    height, width = _spatial(task, task.inputs[0])
+    out_height, out_width = _spatial(task, task.outputs[0])
     (kh, kw), (sh, sw), (pad_top, pad_left), (pad_bottom, pad_right) = _geometry(task)
     n_outputs = math.prod(task.outputs[0].shape)
     _pool_window[(triton.cdiv(n_outputs, config["BLOCK"]),)](
-        inputs[0], outputs[0], n_outputs, height, width, out_height, out_width,
+        inputs[0], outputs[0], n_outputs, task.inputs[0].shape[3] if channels_last else 1, height, width,
+        out_height, out_width,
         KH=kh, KW=kw, SH=sh, SW=sw, PAD_TOP=pad_top, PAD_LEFT=pad_left, PAD_BOTTOM=pad_bottom,
         PAD_RIGHT=pad_right, IS_MAX=task.attr("op") == "max",
-        COUNT_PADS=bool(task.attr("count_include_pad", 0)), BLOCK=config["BLOCK"],
+        COUNT_PADS=bool(task.attr("count_include_pad", 0)), CHANNELS_LAST=channels_last, BLOCK=config["BLOCK"],
         num_warps=config["num_warps"])

@@ -1,0 +1,23 @@
+# --- included from _conv_common.py: a conv task's geometry and epilogue operands; NCHW kernels
+# --- on an NHWC task's buffers, through strides
+def _conv_attrs(task):
+    """(stride h, w), (pad top, left), (dilation h, w), groups of a conv2d task."""
+    return (tuple(task.attr("strides", (1, 1))), tuple(task.attr("pads", (0, 0, 0, 0))[:2]),
+            tuple(task.attr("dilations", (1, 1))), int(task.attr("group", 1)))
+
+
+def _epilogue_operands(task, inputs, placeholder):
+    """has_bias, has_residual, bias, residual: an absent one is the placeholder (never read)."""
+    has_bias, has_residual = bool(task.attr("bias", False)), bool(task.attr("residual", False))
+    return (has_bias, has_residual, inputs[2] if has_bias else placeholder,
+            inputs[-1] if has_residual else placeholder)
+
+
+def _nchw(task, tensor):
+    """A 4-D buffer of the task (data NCHW or NHWC, weight OIHW or OHWI) as an NCHW / OIHW view."""
+    return tensor.permute(0, 3, 1, 2) if task.attr("layout") == "nhwc" else tensor
+
+
+def _nchw_shape(task, shape):
+    """The NCHW (OIHW) shape of one of the task's 4-D specs."""
+    return (shape[0], shape[3], shape[1], shape[2]) if task.attr("layout") == "nhwc" else tuple(shape)

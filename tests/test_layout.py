@@ -1,0 +1,107 @@
+"""The channels-last rewrite (layout.py): the graph means the same, stretches end in one Transpose
+each way, and the NHWC graph partitions into the same tasks with layout "nhwc"."""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import onnx
+import pytest
+
+from portkern import synthetic
+from portkern.executor import run_graph, run_nodes
+from portkern.ir import Graph
+from portkern.layout import LAYOUT_DOMAIN, NHWC_OPS, channels_last
+from portkern.models import random_feeds, randomize_weights, zoo_model_path
+from portkern.onnx_import import load_model
+from portkern.partition import partition
+from portkern.synthetic import GraphBuilder
+
+
+def _zoo(name: str) -> Graph:
+    return load_model(randomize_weights(onnx.load(zoo_model_path(name)), seed=0))
+
+
+def _same_outputs(graph: Graph, rewritten: Graph, rtol: float = 1e-6) -> None:
+    feeds = random_feeds(graph, seed=3)
+    want, got = run_graph(graph, feeds), run_graph(rewritten, feeds)
+    for name in graph.outputs:
+        np.testing.assert_allclose(got[name], want[name], rtol=rtol, atol=rtol * float(np.abs(want[name]).max()))
+
+
+def _onnx_layout_ops(graph: Graph) -> list[str]:
+    return [node.op_type for node in graph.nodes if node.op_type in NHWC_OPS and node.domain != LAYOUT_DOMAIN]
+
+
+def test_resnet50_runs_in_nhwc_with_two_transposes_and_the_same_tasks() -> None:
+    graph = _zoo("resnet50")
+    nhwc = channels_last(graph)
+    assert not _onnx_layout_ops(nhwc)
+    transposes = [node for node in nhwc.nodes if node.op_type == "Transpose"]
+    assert [node.inputs[0] for node in transposes][0] == graph.inputs[0]  # in once, out once before Reshape
+    assert len(transposes) == 2
+    _same_outputs(graph, nhwc)
+    before, after = partition(graph), partition(nhwc)
+    assert [task.kind for task in after] == [task.kind for task in before]
+    convs = [task for task in after if task.kind == "conv2d"]
+    assert all(task.attr("layout") == "nhwc" and task.attr("bias") and task.input_names[1] in task.constants
+               for task in convs)  # BatchNormalization still folds, now along the last axis
+    assert Counter(task.attr("activation") for task in convs) == {"relu": 49, "none": 4}
+    assert sum(task.attr("residual") for task in convs) == 16
+    assert [task.attr("layout") for task in after if task.kind == "pool"] == ["nhwc", "nhwc"]
+    stem = convs[0]
+    assert stem.inputs[0].shape == (1, 224, 224, 3) and stem.inputs[1].shape == (64, 7, 7, 3)
+    assert stem.key == synthetic.conv2d_task(1, 3, 224, 224, 64, 7, 7, stride=2, pad=3, activation="relu",
+                                             nhwc=True).key
+    assert stem.key != before[0].key  # NCHW tasks keep their old keys: packs for other backends still match
+    values = {**nhwc.constants, **random_feeds(nhwc, seed=4)}
+    run_nodes(nhwc.nodes, values, nhwc.opset)  # every intermediate value, by name
+    for task in (stem, next(t for t in convs if t.attr("residual"))):
+        got = task.reference([values.get(name, task.constants.get(name)) for name in task.input_names])
+        want = values[task.output_names[0]]  # fp32 graph vs the float64 reference with folded weights
+        assert np.linalg.norm(got[0] - want) / np.linalg.norm(want) < 1e-5, task.label
+
+
+def test_squeezenet_concats_move_their_axis_instead_of_transposing() -> None:
+    graph = _zoo("squeezenet")
+    nhwc = channels_last(graph)
+    concats = [node for node in nhwc.nodes if node.op_type == "Concat"]
+    assert concats and all(node.attrs["axis"] == 3 for node in concats)
+    assert sum(node.op_type == "Transpose" for node in nhwc.nodes) <= 4
+    _same_outputs(graph, nhwc)
+
+
+def test_stretch_boundaries_constants_and_untouched_branches() -> None:
+    """Conv -> Mul by a per-channel constant -> Add a per-column constant -> Relu, read both as a
+    graph output and by a Reshape; a MaxPool on another input, with no conv, stays NCHW."""
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("mixed", "float32")
+    x, z = b.input("x", (2, 3, 6, 5)), b.input("z", (1, 2, 4, 4))
+    w = b.constant(rng.standard_normal((4, 3, 3, 3)))
+    conv = b.op("Conv", [x, w], (2, 4, 6, 5), kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    scaled = b.op("Mul", [conv, b.constant(rng.standard_normal((4, 1, 1)))], (2, 4, 6, 5))
+    shifted = b.op("Add", [scaled, b.constant(rng.standard_normal(5))], (2, 4, 6, 5))
+    act = b.op("Relu", [shifted], (2, 4, 6, 5))
+    flat = b.op("Reshape", [act, b.constant(np.array([2, -1]), "int64")], (2, 120))
+    pooled = b.op("MaxPool", [z], (1, 2, 2, 2), kernel_shape=[2, 2], strides=[2, 2])
+    graph = b.graph([act, flat, pooled])
+    nhwc = channels_last(graph)
+    assert [node.op_type for node in nhwc.nodes].count("Transpose") == 2  # x in, act out (read twice)
+    assert _onnx_layout_ops(nhwc) == ["MaxPool"]
+    _same_outputs(graph, nhwc)
+    assert channels_last(nhwc).nodes == nhwc.nodes  # a second pass finds nothing left to do
+
+
+def test_a_graph_without_convolutions_is_left_as_it_is() -> None:
+    b = GraphBuilder("pool_only", "float32")
+    graph = b.graph([b.op("MaxPool", [b.input("x", (1, 2, 4, 4))], (1, 2, 2, 2), kernel_shape=[2, 2],
+                          strides=[2, 2])])
+    assert channels_last(graph) is graph
+
+
+@pytest.mark.parametrize("name", ["inception_v2"])  # BN after Mul/Add chains, channel Concats
+def test_zoo_models_mean_the_same_in_nhwc(name: str) -> None:
+    graph = _zoo(name)
+    nhwc = channels_last(graph)
+    assert not _onnx_layout_ops(nhwc)
+    _same_outputs(graph, nhwc, rtol=1e-5)
