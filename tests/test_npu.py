@@ -333,6 +333,18 @@ def test_the_cost_model_ranks_the_space_before_anything_runs(npu: NpuBackend) ->
     assert model_ranked(triton, task, triton.variants(task)) == []  # real hardware: no model, no ranking
 
 
+def test_a_space_too_large_to_rank_whole_is_said_to_be_sampled(npu: NpuBackend, monkeypatch: pytest.MonkeyPatch,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    from portkern.search import strategy
+
+    task = layernorm_task(256, 768, "float16")
+    (variant,) = npu.variants(task)
+    monkeypatch.setattr(strategy, "MAX_RANKED", 2)
+    with caplog.at_level("WARNING", logger="portkern.search"):
+        assert strategy.model_ranked(npu, task, [variant], count=1)
+    assert f"ranks a sample of 2 of its {len(list(strategy.all_configs(variant)))} configurations" in caplog.text
+
+
 # --- the simulator ------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
