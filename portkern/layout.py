@@ -26,6 +26,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .ir import Graph, Node, TensorSpec
+from .tasks import FLOAT_DTYPES
 
 LAYOUT_DOMAIN = "ai.portkern"
 TO_NHWC = (0, 2, 3, 1)  # NCHW -> NHWC, and OIHW -> OHWI
@@ -72,14 +73,12 @@ def channels_last(graph: Graph) -> Graph:
     itself where there is none. Inputs, outputs and every value outside the stretches keep their
     names and layouts, so a runtime and the whole-model check see the same model."""
     chosen = _stretches_with_a_conv(graph)
-    if not chosen:
-        return graph
-    return _rewrite(graph, chosen)
+    return _rewrite(graph, chosen) if chosen else graph
 
 
 def _is_float4d(graph: Graph, name: str) -> bool:
     spec = graph.values.get(name)
-    return spec is not None and len(spec.shape) == 4 and spec.dtype in ("float16", "bfloat16", "float32", "float64")
+    return spec is not None and len(spec.shape) == 4 and spec.dtype in FLOAT_DTYPES
 
 
 def _layout_inputs(graph: Graph, node: Node) -> tuple[int, ...] | None:
@@ -117,10 +116,13 @@ def _layout_inputs(graph: Graph, node: Node) -> tuple[int, ...] | None:
     return tuple(index for index, name in enumerate(node.inputs) if name)
 
 
-def _stretches_with_a_conv(graph: Graph) -> set[int]:
-    """ids of the convertible nodes in connected stretches that hold a Conv (union-find over
-    runtime values that one convertible node makes and another reads)."""
-    convertible = {id(node): node for node in graph.nodes if _layout_inputs(graph, node) is not None}
+def _stretches_with_a_conv(graph: Graph) -> dict[int, tuple[int, ...]]:
+    """The convertible nodes in connected stretches that hold a Conv, by id, with the inputs that
+    change layout (union-find over runtime values that one convertible node makes and another
+    reads)."""
+    nodes = {id(node): node for node in graph.nodes}
+    convertible = {key: permuted for key, node in nodes.items()
+                   if (permuted := _layout_inputs(graph, node)) is not None}
     root = {key: key for key in convertible}
 
     def find(key: int) -> int:
@@ -129,14 +131,14 @@ def _stretches_with_a_conv(graph: Graph) -> set[int]:
             key = root[key]
         return key
 
-    producer = {out: node for node in graph.nodes for out in node.outputs if out}
-    for node in convertible.values():
-        for index in _layout_inputs(graph, node) or ():
-            source = producer.get(node.inputs[index])
+    producer = graph.producer()
+    for key, permuted in convertible.items():
+        for index in permuted:
+            source = producer.get(nodes[key].inputs[index])
             if source is not None and id(source) in convertible:
-                root[find(id(source))] = find(id(node))
-    with_conv = {find(key) for key, node in convertible.items() if node.op_type == "Conv"}
-    return {key for key in convertible if find(key) in with_conv}
+                root[find(id(source))] = find(key)
+    with_conv = {find(key) for key in convertible if nodes[key].op_type == "Conv"}
+    return {key: permuted for key, permuted in convertible.items() if find(key) in with_conv}
 
 
 def _nhwc_constant(array: np.ndarray) -> np.ndarray | None:
@@ -147,7 +149,8 @@ def _nhwc_constant(array: np.ndarray) -> np.ndarray | None:
     return np.ascontiguousarray(padded.transpose(TO_NHWC))
 
 
-def _rewrite(graph: Graph, chosen: set[int]) -> Graph:
+def _rewrite(graph: Graph, chosen: dict[int, tuple[int, ...]]) -> Graph:
+    """`chosen`: the nodes to convert, by id, with the inputs that change layout."""
     consumers = graph.consumers()
     nodes: list[Node] = []
     values = dict(graph.values)
@@ -179,8 +182,7 @@ def _rewrite(graph: Graph, chosen: set[int]) -> Graph:
         if id(node) not in chosen:
             nodes.append(node)
             continue
-        permuted = _layout_inputs(graph, node) or ()
-        inputs = [operand(name) if index in permuted else name for index, name in enumerate(node.inputs)]
+        inputs = [operand(name) if index in chosen[id(node)] else name for index, name in enumerate(node.inputs)]
         out = node.outputs[0]
         new_out = f"{out}::nhwc"
         values[new_out] = nhwc_spec(out)

@@ -71,7 +71,7 @@ import numpy as np
 
 from .executor import _explicit_pads
 from .ir import Graph, Node, TensorSpec
-from .layout import channels_last, is_channels_last
+from .layout import NHWC_OPS, ONNX_OF, channels_last, is_channels_last
 from .tasks import FLOAT_DTYPES, Task, freeze_attrs
 
 if TYPE_CHECKING:
@@ -746,7 +746,7 @@ def _channel_affine(ctx: _Context, node: Node, value: str, out_shape: tuple[int,
     """(scale, shift) per output channel when `node` computes scale * value + shift with constants."""
     channels = out_shape[channel_axis]
     ones, zeros = np.ones(channels), np.zeros(channels)
-    if node.op_type == ("NhwcBatchNormalization" if channel_axis == 3 else "BatchNormalization"):
+    if node.op_type == (NHWC_OPS["BatchNormalization"] if channel_axis == 3 else "BatchNormalization"):
         params = [param for name in node.inputs[1:5]
                   if (param := _per_channel(ctx, name, channels, channel_axis, flat=True)) is not None]
         if node.inputs[0] != value or node.attrs.get("training_mode", 0) or any(node.outputs[1:]) \
@@ -860,7 +860,7 @@ def _match_pool(ctx: _Context, node: Node) -> _Match | None:
     if len(shape) != 4 or not ctx.is_float(x) or any(name for name in node.outputs[1:]):
         return None
     out_shape = ctx.shape(node.outputs[0])
-    op_type = node.op_type.removeprefix("Nhwc") if is_channels_last(node) else node.op_type
+    op_type = ONNX_OF[node.op_type] if is_channels_last(node) else node.op_type
     spatial_shape = _spatial_shape(node, shape)
     if op_type == "GlobalAveragePool":
         attrs: dict[str, Any] = {"op": "global_avg", "kernel": spatial_shape, "strides": (1, 1),
@@ -889,10 +889,6 @@ _ANCHORS: dict[str, Callable[[_Context, Node], _Match | None]] = {
     "MaxPool": _match_pool,
     "AveragePool": _match_pool,
     "GlobalAveragePool": _match_pool,
-    "NhwcConv": _match_conv,
-    "NhwcMaxPool": _match_pool,
-    "NhwcAveragePool": _match_pool,
-    "NhwcGlobalAveragePool": _match_pool,
     "LayerNormalization": _match_layernorm_op,
     "ReduceMean": lambda ctx, node: _match_layernorm_primitive(ctx, node) or _match_reduce(ctx, node),
     "ReduceSum": _match_reduce,
@@ -902,6 +898,8 @@ _ANCHORS: dict[str, Callable[[_Context, Node], _Match | None]] = {
     "Mul": _match_rmsnorm,
     "Softmax": _match_softmax,
 }
+# the same patterns on the channels-last graph's NHWC ops (layout.py)
+_ANCHORS.update({NHWC_OPS[op]: match for op, match in list(_ANCHORS.items()) if op in NHWC_OPS})
 
 
 def _elementwise_matches(ctx: _Context) -> list[_Match]:

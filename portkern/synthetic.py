@@ -23,7 +23,7 @@ from onnx import helper
 
 from .errors import PortkernError
 from .ir import Graph, Node, TensorSpec
-from .layout import LAYOUT_DOMAIN, TO_NHWC
+from .layout import LAYOUT_DOMAIN, NHWC_OPS, TO_NHWC
 from .partition import CONV_ACTIVATIONS, GEMM_ACTIVATIONS, partition
 from .tasks import Task
 
@@ -304,9 +304,9 @@ def conv2d_task(n: int, c: int, h: int, w: int, oc: int, kh: int, kw: int, dtype
                 builder.input("w", _layout((oc, c // group, kh, kw), nhwc))]
     if bias:
         operands.append(builder.input("bias", (oc,)))
-    y = builder.op("NhwcConv" if nhwc else "Conv", operands, out_shape, domain=LAYOUT_DOMAIN if nhwc else "",
-                   kernel_shape=[kh, kw], strides=[sh, sw], pads=[ph, pw, ph, pw], dilations=[dh, dw],
-                   group=group)
+    op_type, domain = _layout_op("Conv", nhwc)
+    y = builder.op(op_type, operands, out_shape, domain=domain, kernel_shape=[kh, kw], strides=[sh, sw],
+                   pads=[ph, pw, ph, pw], dilations=[dh, dw], group=group)
     if residual:
         y = builder.op("Add", [y, builder.input("residual", out_shape)], out_shape)
     return builder.task(_activation(builder, y, activation, CONV_ACTIVATIONS))
@@ -317,6 +317,11 @@ def _layout(nchw_shape: tuple[int, ...], nhwc: bool) -> tuple[int, ...]:
     return tuple(nchw_shape[axis] for axis in TO_NHWC) if nhwc else nchw_shape
 
 
+def _layout_op(op_type: str, nhwc: bool) -> tuple[str, str]:
+    """(op type, domain) of an ONNX op, or of its NHWC form (layout.py)."""
+    return (NHWC_OPS[op_type], LAYOUT_DOMAIN) if nhwc else (op_type, "")
+
+
 def pool_task(n: int, c: int, h: int, w: int, op: str, kernel: int | Sequence[int] = 2,
               stride: int | Sequence[int] = 2, pad: int | Sequence[int] = 0, dtype: str = "float32",
               nhwc: bool = False) -> Task:
@@ -324,14 +329,14 @@ def pool_task(n: int, c: int, h: int, w: int, op: str, kernel: int | Sequence[in
     nhwc: the same task on NHWC buffers."""
     builder = GraphBuilder("pool", dtype)
     x = builder.input("x", _layout((n, c, h, w), nhwc))
-    prefix, domain = ("Nhwc", LAYOUT_DOMAIN) if nhwc else ("", "")
     if op == "global_avg":
-        return builder.task(builder.op(f"{prefix}GlobalAveragePool", [x], _layout((n, c, 1, 1), nhwc),
-                                       domain=domain))
+        op_type, domain = _layout_op("GlobalAveragePool", nhwc)
+        return builder.task(builder.op(op_type, [x], _layout((n, c, 1, 1), nhwc), domain=domain))
     if op not in ("max", "avg"):
         raise SyntheticTaskError(f"unknown pool '{op}' (max, avg or global_avg)")
     (kh, kw), (sh, sw), (ph, pw) = _pair(kernel), _pair(stride), _pair(pad)
     out_shape = _layout((n, c, _window_out(h, kh, sh, ph), _window_out(w, kw, sw, pw)), nhwc)
-    y = builder.op(prefix + ("MaxPool" if op == "max" else "AveragePool"), [x], out_shape, domain=domain,
-                   kernel_shape=[kh, kw], strides=[sh, sw], pads=[ph, pw, ph, pw])
+    op_type, domain = _layout_op("MaxPool" if op == "max" else "AveragePool", nhwc)
+    y = builder.op(op_type, [x], out_shape, domain=domain, kernel_shape=[kh, kw], strides=[sh, sw],
+                   pads=[ph, pw, ph, pw])
     return builder.task(y)

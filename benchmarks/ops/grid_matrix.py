@@ -101,6 +101,11 @@ def parse_ops(text: str, dtype: str) -> list[tuple[str, Task]]:
     return found
 
 
+def chosen_variants(backend: Backend, task: Task, only: frozenset[str]) -> list[Variant]:
+    """The backend's variants for the task, only those named when any are."""
+    return [v for v in backend.variants(task) if not only or v.name in only]
+
+
 def config_grid(backend: Backend, variant: Variant, task: Task, limit: int, seed: int,
                 subspace: dict[str, list[Any]] | None = None) -> list[dict[str, Any]]:
     """DEFAULT (when valid) first, then seeded samples that pass the backend's check: from the
@@ -147,9 +152,7 @@ def bench_task(backend: Backend, label: str, task: Task, limit: int, seed: int,
     baseline = backend.baseline(task)
     assert baseline is not None
     rows = [{"name": "torch eager", "config": None, **measure(backend, baseline, task, inputs, want, "fp32")}]
-    for variant in backend.variants(task):
-        if only and variant.name not in only:
-            continue
+    for variant in chosen_variants(backend, task, only):
         for config in config_grid(backend, variant, task, limit, seed, subspace):
             row: dict[str, Any] = {"name": variant.name, "precision": variant.precision, "config": config}
             try:
@@ -224,9 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.dry_run:
         for label, task in tasks:
             print(f"{label}: {task.flops / 1e9:.2f} GFLOP, {task.min_bytes / 1e6:.1f} MB")
-            for variant in backend.variants(task):
-                if only and variant.name not in only:
-                    continue
+            for variant in chosen_variants(backend, task, only):
                 grid = config_grid(backend, variant, task, args.configs, args.seed, subspace)
                 print(f"  {variant.name} ({variant.precision}): {len(grid)} configs"
                       + (f", first {grid[0]}" if grid else ""))

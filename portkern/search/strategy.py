@@ -34,6 +34,7 @@ from .records import RecordLog, TrialRecord
 from .worker import CompilePool, TrialJob
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+log = logging.getLogger("portkern.search")
 
 FAILED_VALUE = 1e3  # seconds told to the study for a failed trial: worse than any real kernel
 # trials left RUNNING by a killed tune on this host are failed on resume; other hosts' are theirs
@@ -85,8 +86,6 @@ def all_configs(variant: Variant) -> Iterable[dict[str, Any]]:
 
 
 MODEL_RANKED_SEEDS = 3  # the cost model's best configurations tried first, where there is one
-log = logging.getLogger("portkern.search")
-
 MAX_RANKED = 20_000  # configurations ranked at most per task (a seeded sample of a larger space)
 
 

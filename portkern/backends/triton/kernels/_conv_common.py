@@ -6,6 +6,13 @@ def _conv_attrs(task):
             tuple(task.attr("dilations", (1, 1))), int(task.attr("group", 1)))
 
 
+def _residual_problem(task):
+    """Why the task's residual cannot be read with the output's indices, or None."""
+    if task.attr("residual", False) and task.inputs[-1].shape != task.outputs[0].shape:
+        return f"residual {task.inputs[-1].shape} must have the output's shape {task.outputs[0].shape}"
+    return None
+
+
 def _epilogue_operands(task, inputs, placeholder):
     """has_bias, has_residual, bias, residual: an absent one is the placeholder (never read)."""
     has_bias, has_residual = bool(task.attr("bias", False)), bool(task.attr("residual", False))

@@ -25,8 +25,8 @@ def constraints(task, config, target):
     channels, group = _nchw_shape(task, task.inputs[0].shape)[1], int(task.attr("group", 1))
     if group != channels:
         return f"not depthwise: group {group} != {channels} input channels"
-    if task.attr("residual", False) and task.inputs[-1].shape != task.outputs[0].shape:
-        return f"residual {task.inputs[-1].shape} must have the output's shape {task.outputs[0].shape}"
+    if problem := _residual_problem(task):
+        return problem
     threads = config["num_warps"] * target.profile.warp_size
     if config["BLOCK_P"] * config["BLOCK_C"] > VALUES_PER_THREAD * threads:
         return f"a {config['BLOCK_P']}x{config['BLOCK_C']} accumulator spills over {threads} threads"

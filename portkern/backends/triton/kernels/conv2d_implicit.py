@@ -25,8 +25,8 @@ ACCUMULATOR_PER_THREAD = 64  # fp32 values
 
 
 def constraints(task, config, target):
-    if task.attr("residual", False) and task.inputs[-1].shape != task.outputs[0].shape:
-        return f"residual {task.inputs[-1].shape} must have the output's shape {task.outputs[0].shape}"
+    if problem := _residual_problem(task):
+        return problem
     threads = config["num_warps"] * target.profile.warp_size
     # the gather's per-element indices take registers too: 128x128 over 4 warps spilled on an H200
     if config["BLOCK_M"] * config["BLOCK_N"] > ACCUMULATOR_PER_THREAD * threads:

@@ -35,8 +35,8 @@ DEFAULT = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "num_warps
 def constraints(task, config, target):
     if task.attr("layout") != "nhwc":
         return "this variant reads NHWC buffers (the channels-last graph)"
-    if task.attr("residual", False) and task.inputs[-1].shape != task.outputs[0].shape:
-        return f"residual {task.inputs[-1].shape} must have the output's shape {task.outputs[0].shape}"
+    if problem := _residual_problem(task):
+        return problem
     group, block_k = int(task.attr("group", 1)), config["BLOCK_K"]
     channels, kernel_w = task.inputs[0].shape[3] // group, task.inputs[1].shape[2]
     if config["TAP_ROWS"]:

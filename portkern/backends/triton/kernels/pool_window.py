@@ -1,8 +1,8 @@
 """Max / average / global-average pooling over NCHW or NHWC, one program per BLOCK outputs.
 
 Outputs are numbered in the buffer's own order, (n, c, oh, ow) or (n, oh, ow, c), so
-neighbouring lanes read neighbouring input columns or channels; each output walks its KH x KW window (a loop, not unrolled, so global windows stay
-small code) with padding and window ends masked. Average divides by the real elements, or by the
+neighbouring lanes read neighbouring input columns or channels; each output walks its KH x KW
+window (a loop, not unrolled, so global windows stay small code) with padding and window ends masked. Average divides by the real elements, or by the
 padded window clipped to the explicit pads when count_include_pad is set (ONNX semantics).
 """
 import math
