@@ -9,10 +9,15 @@ or space no longer admits it.
 
 Files: portkern/hwprofiles/priors/<target>.jsonl, one measured configuration per line:
     {"task": Task.describe(), "variant": name, "config": {...}, "seconds": float, "evidence": path}
-made from a measured table (benchmarks/search/gpu_table.py) by
+made from measured tables (benchmarks/search/gpu_table.py's GEMM tables, benchmarks/ops/grid_matrix.py's
+grids of any kind) by
 
-    python -m portkern.priors --table benchmarks/results/h200-gemm-table-2026-12-03.json --top 3 \
+    python -m portkern.priors --table benchmarks/results/h200-gemm-table-2026-12-03.json \
+        --table benchmarks/results/h200-grid-conv-nhwc-2026-12-03.json --top 3 \
         --out portkern/hwprofiles/priors/h200.jsonl
+
+A variant that gained a parameter after its prior was measured admits the prior with that parameter
+at its default (a new parameter's default keeps the old behaviour: the one that was measured).
 """
 from __future__ import annotations
 
@@ -110,6 +115,27 @@ def priors_from_table(table: dict[str, Any], top: int, evidence: str) -> list[Me
     return found
 
 
+def priors_from_grid(report: dict[str, Any], top: int, evidence: str) -> list[Measured]:
+    """The `top` fastest passing rows of each op of a grid (benchmarks/ops/grid_matrix.py), whose
+    tasks are recorded as Task.describe(); rows without a config are the vendor baselines."""
+    found = []
+    for result in report["results"]:
+        timed = sorted((row for row in result["rows"] if row.get("config") is not None and row["passed"]
+                        and row["ms"]), key=lambda row: row["ms"])
+        found += [Measured(result["task"], row["name"], row["config"], row["ms"] * 1e-3, evidence)
+                  for row in timed[:top]]
+    return found
+
+
+def priors_from(report: dict[str, Any], top: int, evidence: str) -> list[Measured]:
+    """Priors from either measured format: a search table ("cases") or an op grid ("results")."""
+    if "cases" in report:
+        return priors_from_table(report, top, evidence)
+    if "results" in report:
+        return priors_from_grid(report, top, evidence)
+    raise PortkernError(f"{evidence}: neither a search table (cases) nor an op grid (results)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Build a target's priors file from a measured table.")
     parser.add_argument("--table", type=Path, required=True, action="append")
@@ -118,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     lines = []
     for path in args.table:
-        for item in priors_from_table(json.loads(path.read_text()), args.top, str(path)):
+        for item in priors_from(json.loads(path.read_text()), args.top, str(path)):
             lines.append(json.dumps(item.__dict__, sort_keys=True, default=str))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")

@@ -45,6 +45,12 @@ KINDS = ("gemm", "bmm", "attention", "softmax", "layernorm", "rmsnorm", "element
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
+def upcast_float(value: np.ndarray) -> np.ndarray:
+    """Floating values in float64, the rest as they are: how a reference sees its operands."""
+    value = np.asarray(value)
+    return value.astype(np.float64) if value.dtype.name in FLOAT_DTYPES else value
+
+
 def freeze_attrs(attrs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     """Attributes as a sorted tuple of JSON-able, hashable values."""
     def freeze(value: Any) -> Any:
@@ -107,12 +113,8 @@ class Task:
         """The subgraph run by the numpy executor in float64 (float inputs upcast)."""
         from .executor import run_nodes
 
-        def upcast(value: np.ndarray) -> np.ndarray:
-            value = np.asarray(value)
-            return value.astype(np.float64) if value.dtype.name in FLOAT_DTYPES else value
-
-        env: dict[str, np.ndarray] = {name: upcast(value) for name, value in self.constants.items()}
+        env = {name: upcast_float(value) for name, value in self.constants.items()}
         for name, value in zip(self.input_names, inputs, strict=True):
-            env[name] = upcast(value)
+            env[name] = upcast_float(value)
         run_nodes(self.nodes, env, self.opset)
         return [np.asarray(env[name]) for name in self.output_names]

@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 import time
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -31,7 +32,7 @@ from .priors import Measured, load_priors, nearest_configs
 from .profile import TaskProfile, baseline_program, profile_tasks
 from .search.proposers import BuiltinProposer, Feedback, Proposer, RulesProposer
 from .search.records import Measurement, RecordLog, TrialRecord
-from .search.strategy import ArtifactStore, SearchOptions, SearchResult, fits_space, model_ranked, search_workload
+from .search.strategy import ArtifactStore, SearchOptions, SearchResult, completed_config, model_ranked, search_workload
 from .search.worker import CompilePool, InProcessRunner, IsolatedRunner
 from .tasks import Task
 from .verify import GateOptions, admit_task
@@ -206,8 +207,11 @@ class TaskCatalog:
                 if current is None or record.seconds < (current.seconds or float("inf")):
                     best_by_key[record.task_key] = record
         measured = [Measured(self.described[key], r.variant, r.config, r.seconds) for key, r in best_by_key.items()]
-        admitted = [m for m in [*measured, *self.priors]
-                    if m.variant in library and fits_space(library[m.variant], m.config)]
+        admitted = []
+        for item in [*measured, *self.priors]:
+            config = completed_config(library[item.variant], item.config) if item.variant in library else None
+            if config is not None:
+                admitted.append(dataclasses.replace(item, config=config))
         chosen = nearest_configs(task.describe(), admitted, count)
         return [Candidate.of(library[item.variant], item.config) for item in chosen]
 
@@ -280,7 +284,7 @@ def run_tune(model_path: Path, options: TuneOptions, out: Path | None,
             if deadline is not None and time.time() >= deadline:
                 outcomes.append(TaskOutcome(profile, None, "not tuned (time budget spent)"))
                 continue
-            reason = admit_task(task)
+            reason = admit_task(task, backend)
             if reason:
                 outcomes.append(TaskOutcome(profile, None, f"not admitted: {reason}"))
                 continue

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from portkern.backends import get_backend
@@ -9,7 +10,9 @@ from portkern.backends.base import Candidate
 from portkern.hwprofile import load_target
 from portkern.priors import Measured, load_priors, nearest_configs, priors_from_table, shape_distance
 from portkern.search.records import RecordLog
-from portkern.synthetic import gemm_task, layernorm_task
+from portkern.search.strategy import completed_config
+from portkern.synthetic import conv2d_task, gemm_task, layernorm_task
+from portkern.tasks import Task
 from portkern.tuner import TaskCatalog
 
 TRITON = get_backend(load_target("h200"))
@@ -60,16 +63,53 @@ def test_priors_from_a_table_keep_the_fastest_ok_entries_of_complete_cases() -> 
     assert all(m.evidence == "t.json" for m in found)
 
 
+def _task_of(described: dict) -> Task:
+    """A prior's task rebuilt the way a model's is (the shipped priors hold GEMMs and NHWC convs)."""
+    (x, dtype), (w, _) = described["inputs"][0], described["inputs"][1]
+    attrs = described["attrs"]
+    if described["kind"] == "gemm":
+        return gemm_task(math.prod(x[:-1]), w[0], x[-1], dtype, trans_b=True)
+    assert described["kind"] == "conv2d" and attrs["layout"] == "nhwc", described
+    n, h, width, c = x
+    oc, kh, kw, _ = w
+    return conv2d_task(n, c, h, width, oc, kh, kw, dtype, stride=attrs["strides"], pad=attrs["pads"][:2],
+                       dilation=attrs["dilations"], group=attrs["group"], activation=attrs["activation"],
+                       bias=attrs["bias"], residual=attrs["residual"], nhwc=True)
+
+
 def test_shipped_h200_priors_are_admitted_by_the_current_library() -> None:
     priors = load_priors("h200")
-    assert len(priors) >= 10
+    assert {prior.task["kind"] for prior in priors} == {"gemm", "conv2d"}
     root = Path(__file__).parents[1]
     for evidence in {prior.evidence for prior in priors}:  # each names the measured table it came from
-        assert json.loads((root / evidence).read_text())["target"] == "h200"
+        report = json.loads((root / evidence).read_text())
+        assert report.get("target", report.get("environment", {}).get("target")) == "h200", evidence
     for prior in priors:
-        spec = prior.task
-        (m, k), (n, _) = spec["inputs"][0][0], spec["inputs"][1][0]
-        task = gemm_task(m, n, k, "float16", trans_b=True)
+        task = _task_of(prior.task)
+        if task.kind == "conv2d":  # rebuilt exactly: the distance to a model's conv is the one measured
+            assert json.loads(json.dumps(task.describe())) == prior.task
         library = {v.name: v for v in TRITON.variants(task)}
         assert prior.variant in library, prior
-        assert TRITON.check(Candidate.of(library[prior.variant], prior.config), task) is None, prior
+        config = completed_config(library[prior.variant], prior.config)
+        assert config is not None, prior
+        assert TRITON.check(Candidate.of(library[prior.variant], config), task) is None, prior
+
+
+def test_a_conv_is_seeded_with_the_nearest_measured_nhwc_config_first(tmp_path: Path) -> None:
+    """A shape nobody measured (3x3 at 20 px, 96 channels) starts from the grid's 3x3 winners, their
+    parameters added since (TAP_ROWS) at the default, not from the library's first variant."""
+    task = conv2d_task(8, 96, 20, 20, 96, 3, 3, "float16", pad=1, activation="relu", nhwc=True)
+    library = {v.name: v for v in TRITON.variants(task)}
+    seeds = TaskCatalog(tmp_path / "tasks.jsonl", load_priors("h200")).nearest(
+        task, RecordLog(tmp_path / "records.jsonl"), library)
+    assert seeds and all(seed.variant.name == "conv2d_nhwc" for seed in seeds)
+    assert seeds[0].params["TAP_ROWS"] is False and set(seeds[0].params) == set(library["conv2d_nhwc"].space)
+
+
+def test_a_config_measured_before_a_parameter_existed_takes_its_default() -> None:
+    variant = next(v for v in TRITON.variants(conv2d_task(2, 8, 9, 9, 8, 3, 3, "float16", pad=1, nhwc=True))
+                   if v.name == "conv2d_nhwc")
+    older = {k: v for k, v in variant.default.items() if k != "TAP_ROWS"}
+    assert completed_config(variant, older) == dict(variant.default)
+    assert completed_config(variant, {**older, "NO_SUCH_PARAMETER": 1}) is None
+    assert completed_config(variant, {**variant.default, "BLOCK_M": 96}) is None  # outside the space

@@ -28,6 +28,9 @@ from portkern.partition import partition
 from portkern import runtime
 from portkern.runtime import Session
 from portkern.search.records import Measurement, Verdict
+from portkern.synthetic import (attention_task, conv2d_task, elementwise_task, gemm_task, layernorm_task,
+                                pool_task, reduce_task, softmax_task)
+from portkern.verify import make_inputs
 
 INT64_MAX = np.iinfo(np.int64).max
 
@@ -373,3 +376,28 @@ def test_tvm_session_runs_stretches_in_onnxruntime_on_host_arrays(tmp_path: Path
     feeds = {"x": np.random.default_rng(4).standard_normal((4, 6)).astype(np.float32)}
     want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_allclose(session.run(feeds)["y"], want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: conv2d_task(2, 5, 9, 11, 7, 3, 3, "float16", stride=2, pad=1, activation="relu", residual=True,
+                        nhwc=True),
+    lambda: conv2d_task(2, 4, 8, 8, 8, 3, 3, "float32", pad=1, group=2),
+    lambda: pool_task(2, 6, 9, 9, "max", kernel=3, stride=2, pad=1, dtype="float16", nhwc=True),
+    lambda: pool_task(2, 6, 8, 8, "avg", dtype="float32"),
+    lambda: gemm_task(37, 24, 40, "float16", bias=True, activation="gelu", residual=True),
+    lambda: attention_task(2, 3, 17, 8, "float16", mask=True),
+    lambda: softmax_task(5, 33, "float16"),
+    lambda: layernorm_task(6, 40, "float32"),
+    lambda: reduce_task((4, 9, 5), "float32", "mean", axes=[1]),
+    lambda: elementwise_task((3, 17), "float16", [("mul", "in0", 0.5), ("erf", "t0"), ("add", "t1", "in1")]),
+], ids=["conv-nhwc-residual", "conv-grouped", "maxpool-nhwc", "avgpool", "gemm-gelu-residual", "attention-mask",
+        "softmax", "layernorm", "reduce-mean", "elementwise-erf"])
+def test_the_triton_backends_float64_reference_is_the_executors(backend: TritonBackend, make: Any) -> None:
+    """The gate's ground truth on the Triton backend is its device glue in float64 (cuDNN/cuBLAS
+    doubles on a GPU): it must be the host executor's reference, to float64 rounding."""
+    task = make()
+    inputs = make_inputs(task, 5, "normal")
+    want, got = task.reference(inputs), backend.reference(task, inputs)
+    assert [g.dtype for g in got] == [w.dtype for w in want] == [np.float64] * len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12 * float(np.abs(w).max()))

@@ -187,6 +187,13 @@ class Backend(ABC):
         not available; the runtime falls back task by task, then to the reference executor."""
         return None
 
+    def reference(self, task: Task, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The task's float64 reference, its own subgraph with every float operand upcast: the
+        gate's ground truth. The host executor's by default; a backend with a float64 runtime for
+        the ONNX ops (Triton's device glue) may run it there, where a large conv's reference costs
+        milliseconds instead of seconds of the search's time."""
+        return task.reference(inputs)
+
     def modeled_seconds(self, program: Program) -> float | None:
         """A simulated backend's time for one run of the program (its clock); None if real."""
         return None

@@ -117,10 +117,15 @@ def model_ranked(backend: Backend, task: Task, variants: Sequence[Variant],
     return [(predicted, candidate) for predicted, _, candidate in ranked[:count]]
 
 
-def fits_space(variant: Variant, config: Mapping[str, Any]) -> bool:
-    """The config names exactly the variant's parameters, each at a value of its space: what a
-    seed from another shape, round or an older library must be to be enqueued."""
-    return set(config) == set(variant.space) and all(config[p] in choices for p, choices in variant.space.items())
+def completed_config(variant: Variant, config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A seed's config as this variant's space holds it, or None where it does not fit: what a
+    seed from another shape, round or an older library must be to be enqueued. Parameters the
+    variant gained since the seed was measured take their defaults (a new parameter's default
+    keeps the old behaviour, the one measured); a value outside the space is no seed."""
+    if not set(config) <= set(variant.space):
+        return None
+    full = {**variant.default, **config}
+    return full if all(full[p] in choices for p, choices in variant.space.items()) else None
 
 
 def _params(variant: Variant, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -325,9 +330,8 @@ def search_workload(task: Task, variants: Sequence[Variant], runner: Runner, *,
         seeded += [Candidate.of(v, c) for v in variants for c in all_configs(v)]
     for candidate in seeded:
         variant = by_name.get(candidate.variant.name)
-        config = candidate.params
-        # a seed from another shape or round may not fit this variant's space: then it is no seed
-        if variant is not None and fits_space(variant, config):
+        config = completed_config(variant, candidate.params) if variant is not None else None
+        if variant is not None and config is not None:
             study.enqueue_trial(_params(variant, config), skip_if_exists=True)
     names = sorted(by_name)
     since_gain = 0

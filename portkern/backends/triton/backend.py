@@ -54,7 +54,7 @@ import triton
 from ...errors import PortkernError
 from ...hwprofile import HwProfile, Target
 from ...ir import Node, TensorSpec
-from ...tasks import Task
+from ...tasks import Task, upcast_float
 from ..base import Artifact, Backend, Candidate, CompileError, Program, StretchPiece, Variant
 from ..kernel_module import KernelSourceError, variant_from_source
 from . import baselines, codegen, glue
@@ -223,6 +223,16 @@ class TritonBackend(Backend):
         """The glue between tasks as torch ops on the device (glue.py); a node it does not cover
         runs in the numpy executor on the host, listed on the piece."""
         return glue.stretch_piece(self, nodes, list(inputs), list(outputs), constants, opset)
+
+    def reference(self, task: Task, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The subgraph as device glue in float64: the same ONNX semantics as the executor (glue.py
+        is tested against it op by op), computed by cuBLAS/cuDNN in double precision; a node glue
+        does not cover runs in the executor, as in the runtime."""
+        constants = {name: upcast_float(value) for name, value in task.constants.items()}
+        piece = glue.stretch_piece(self, task.nodes, task.input_names, task.output_names, constants, task.opset)
+        values = piece.run({name: self.to_device(upcast_float(value))
+                            for name, value in zip(task.input_names, inputs, strict=True)})
+        return [self.to_host(values[name]) for name in task.output_names]
 
     # --- buffers -----------------------------------------------------------------------------
     def to_device(self, array: np.ndarray) -> torch.Tensor:
