@@ -19,6 +19,7 @@ of those doors; the verdict keeps the evidence (seeds, distributions, errors, to
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -101,28 +102,33 @@ def compare(out: np.ndarray, ref: np.ndarray, tol: float) -> dict[str, Any]:
     """Errors of one output against its float64 reference; the check's evidence."""
     # float64 for small outputs and tight tolerances; float32 (pairwise sums) keeps big ones cheap
     work = np.float64 if np.size(out) < (1 << 20) or tol < 1e-6 else np.float32
-    out64 = np.asarray(out, dtype=work)
-    ref64 = np.asarray(ref, dtype=work)
-    if out64.shape != ref64.shape:
-        return {"passed": False, "reason": f"shape {out64.shape} != reference {ref64.shape}"}
-    diff = out64 - ref64
-    if np.isfinite(diff).all():  # both sides finite everywhere: the common case, a few passes
-        return _judge(out64, ref64, diff.ravel(), ref64.ravel(), np.ones((), dtype=bool), tol)
-    finite = np.isfinite(ref64)
-    bad = int(np.count_nonzero(finite & ~np.isfinite(out64)))
+    out, ref_w = np.asarray(out), np.asarray(ref, dtype=work)
+    if out.shape != ref_w.shape:
+        return {"passed": False, "reason": f"shape {out.shape} != reference {ref_w.shape}"}
+    diff = np.subtract(out, ref_w, dtype=work).ravel()
+    with np.errstate(over="ignore", invalid="ignore"):
+        squared = float(np.dot(diff, diff))
+    if math.isfinite(squared):  # a NaN or Inf anywhere on either side would make the sum one
+        return _judge(out, ref_w, diff, ref_w.ravel(), math.sqrt(squared), np.ones((), dtype=bool), tol)
+    # something non-finite, or squares past float32's range: the rare case, in float64
+    out_w, ref_w = np.asarray(out, dtype=np.float64), np.asarray(ref, dtype=np.float64)
+    diff = (out_w - ref_w).ravel()
+    finite = np.isfinite(ref_w)
+    bad = int(np.count_nonzero(finite & ~np.isfinite(out_w)))
     if bad:
-        return {"passed": False, "reason": f"{bad} of {out64.size} elements unwritten or non-finite (NaN/Inf)",
+        return {"passed": False, "reason": f"{bad} of {out.size} elements unwritten or non-finite (NaN/Inf)",
                 "bad_elements": bad}
-    if np.any(~finite & np.isfinite(out64)):
+    if np.any(~finite & np.isfinite(out_w)):
         return {"passed": False, "reason": "finite output where the reference is NaN/Inf"}
-    return _judge(out64, ref64, diff[finite], ref64[finite], finite, tol)
+    finite_diff = diff[finite.ravel()]
+    return _judge(out, ref_w, finite_diff, ref_w[finite], _norm(finite_diff), finite, tol)
 
 
-def _judge(out64: np.ndarray, ref64: np.ndarray, diff: np.ndarray, ref_f: np.ndarray, finite: np.ndarray,
-           tol: float) -> dict[str, Any]:
+def _judge(out: np.ndarray, ref: np.ndarray, diff: np.ndarray, ref_f: np.ndarray, diff_norm: float,
+           finite: np.ndarray, tol: float) -> dict[str, Any]:
     """The verdict on the finite elements: relative L2 error and the largest single error."""
     scale = _norm(ref_f) or 1.0
-    rel_l2 = _norm(diff) / scale
+    rel_l2 = diff_norm / scale
     max_abs = _max_abs(diff)
     ref_max = _max_abs(ref_f)
     norm_max = max_abs / (ref_max or 1.0)
@@ -130,11 +136,12 @@ def _judge(out64: np.ndarray, ref64: np.ndarray, diff: np.ndarray, ref_f: np.nda
     if rel_l2 <= tol and norm_max <= tol * MAX_ERROR_FACTOR:
         result.update(passed=True, reason="")
         return result
-    worst = np.unravel_index(int(np.argmax(np.abs(np.where(finite, out64 - ref64, 0)))), out64.shape)
+    errors = np.where(finite, np.subtract(out, ref, dtype=ref.dtype), 0)
+    worst = np.unravel_index(int(np.argmax(np.abs(errors))), out.shape)
     at = tuple(int(i) for i in worst)
     if rel_l2 > tol:
         reason = (f"relative L2 error {rel_l2:.3g} > {tol:.1g} "
-                  f"(worst at {at}: got {out64[worst]:.6g}, want {ref64[worst]:.6g})")
+                  f"(worst at {at}: got {float(out[worst]):.6g}, want {float(ref[worst]):.6g})")
     else:
         reason = (f"max error {max_abs:.3g} is {norm_max:.3g} of the output scale "
                   f"> {tol * MAX_ERROR_FACTOR:.1g} (at {at})")
@@ -151,11 +158,20 @@ def _max_abs(values: np.ndarray) -> float:
     return float(max(values.max(), -values.min())) if values.size else 0.0
 
 
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Bit-for-bit equal (NaNs with their payloads, signed zeros): one integer pass, where
+    np.array_equal(equal_nan=True) masks and copies and costs seconds on a large output."""
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return bool(np.array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8)))
+
+
 def admit_task(task: Task, backend: Backend) -> str | None:
     """Check 9: a task whose reference ignores its inputs cannot tell a kernel from a constant."""
     first = backend.reference(task, make_inputs(task, 1, "normal"))
     second = backend.reference(task, make_inputs(task, 2, "normal"))
-    if all(np.array_equal(a, b, equal_nan=True) for a, b in zip(first, second)):
+    if all(same_bits(a, b) for a, b in zip(first, second)):
         return "reference output does not vary with its inputs"
     return None
 
@@ -195,22 +211,22 @@ def _cycle(items: Sequence[str], n: int) -> list[str]:
     return [items[i % len(items)] for i in range(n)]
 
 
-def _run_once(backend: Backend, program: Program, task: Task, inputs: list[Any], written: list[np.ndarray],
-              refs: list[np.ndarray], label: dict[str, Any]) -> list[np.ndarray]:
-    """One run on fresh poisoned outputs; `written` is what the inputs must still hold after it."""
+def _run_once(backend: Backend, program: Program, task: Task, inputs: list[Any], reference: _Reference,
+              label: dict[str, Any]) -> list[np.ndarray]:
+    """One run on fresh poisoned outputs; the reference's inputs are what the device inputs must
+    still hold after it."""
     # the reference's answer stays alive on the device: a kernel that hands back stale memory
     # finds poison in its fresh outputs, not this
-    ref_alive = [backend.to_device(r.astype(_numpy_dtype(s.dtype))) for r, s in zip(refs, task.outputs)]
+    answer_alive = [backend.to_device(answer) for answer in reference.answers]
     outputs = [_poisoned(backend, spec) for spec in task.outputs]
     program(inputs, outputs)
     backend.synchronize()
     if any(out is inp for out in outputs for inp in inputs):
         raise _Failed({**label, "passed": False, "reason": "an output aliases an input"})
     # inputs compared in full with what was written (stronger than a hash, and as cheap)
-    if not all(np.array_equal(backend.to_host(buffer), array, equal_nan=array.dtype.kind == "f")
-               for buffer, array in zip(inputs, written)):
+    if not all(same_bits(backend.to_host(buffer), array) for buffer, array in zip(inputs, reference.inputs)):
         raise _Failed({**label, "passed": False, "reason": "the kernel modified its inputs"})
-    del ref_alive
+    del answer_alive
     return [backend.to_host(out) for out in outputs]
 
 
@@ -226,33 +242,41 @@ def _check_against(host: list[np.ndarray], refs: list[np.ndarray], tol: float,
     return evidence
 
 
+@dataclass(frozen=True)
+class _Reference:
+    """One check's inputs and what its outputs must be."""
+
+    inputs: list[np.ndarray]
+    refs: list[np.ndarray]  # float32 (rounding 6e-8, far below any tolerance), float64 for float64 outputs
+    answers: list[np.ndarray]  # refs in the outputs' dtypes: what a kernel handing back stale memory finds
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (*self.inputs, *self.refs, *self.answers))
+
+
 class _ReferenceCache:
-    """Inputs and float64 references by (task, seed, distribution): a search checks dozens of
-    candidates of one task on the same seeds, and a large task's reference costs seconds."""
+    """References by (task, seed, distribution): a search checks dozens of candidates of one
+    task on the same seeds, and a large task's reference costs seconds."""
 
     def __init__(self, max_bytes: int = 6 << 30) -> None:
         self.max_bytes = max_bytes
-        self._items: dict[tuple[str, int, str], tuple[list[np.ndarray], list[np.ndarray]]] = {}
+        self._items: dict[tuple[str, int, str], _Reference] = {}
 
-    def get(self, backend: Backend, task: Task, seed: int, distribution: str
-            ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    def get(self, backend: Backend, task: Task, seed: int, distribution: str) -> _Reference:
         key = (task.key, seed, distribution)
-        if key not in self._items:
-            inputs = make_inputs(task, seed, distribution)
-            # references kept in float32 (rounding 6e-8, far below any tolerance but fp64's)
-            refs = [r if spec.dtype == "float64" else r.astype(np.float32)
-                    for r, spec in zip(backend.reference(task, inputs), task.outputs)]
-            item = (inputs, refs)
-            size = sum(a.nbytes for group in item for a in group)
-            if size <= self.max_bytes:
-                while self._items and self._bytes() + size > self.max_bytes:
-                    self._items.pop(next(iter(self._items)))
-                self._items[key] = item
-            return item
-        return self._items[key]
-
-    def _bytes(self) -> int:
-        return sum(a.nbytes for item in self._items.values() for group in item for a in group)
+        if key in self._items:
+            return self._items[key]
+        inputs = make_inputs(task, seed, distribution)
+        refs = [r if spec.dtype == "float64" else r.astype(np.float32)
+                for r, spec in zip(backend.reference(task, inputs), task.outputs)]
+        answers = [r.astype(_numpy_dtype(spec.dtype)) for r, spec in zip(refs, task.outputs)]
+        item = _Reference(inputs, refs, answers)
+        if item.nbytes <= self.max_bytes:
+            while self._items and sum(i.nbytes for i in self._items.values()) + item.nbytes > self.max_bytes:
+                self._items.pop(next(iter(self._items)))
+            self._items[key] = item
+        return item
 
 
 _references = _ReferenceCache()
@@ -261,26 +285,25 @@ _references = _ReferenceCache()
 def _check_one(backend: Backend, program: Program, task: Task, tol: float, seed: int,
                distribution: str, new_seed: int, new_distribution: str) -> list[dict[str, Any]]:
     label = {"seed": seed, "distribution": distribution}
-    host_inputs, refs = _references.get(backend, task, seed, distribution)
-    inputs = [backend.to_device(a) for a in host_inputs]
-    first = _run_once(backend, program, task, inputs, host_inputs, refs, {**label, "run": "fresh"})
-    evidence = _check_against(first, refs, tol, {**label, "run": "fresh"})
-    second = _run_once(backend, program, task, inputs, host_inputs, refs, {**label, "run": "repeat"})
+    reference = _references.get(backend, task, seed, distribution)
+    inputs = [backend.to_device(a) for a in reference.inputs]
+    first = _run_once(backend, program, task, inputs, reference, {**label, "run": "fresh"})
+    evidence = _check_against(first, reference.refs, tol, {**label, "run": "fresh"})
+    second = _run_once(backend, program, task, inputs, reference, {**label, "run": "repeat"})
     for index, (a, b) in enumerate(zip(first, second)):
-        if np.array_equal(a, b, equal_nan=True):
+        if same_bits(a, b):
             continue  # the same bits already passed against the reference
         agree = compare(b, a, tol / 4)
         if not agree["passed"]:
             raise _Failed({**label, "run": "repeat", "output": index, "passed": False,
                            "reason": f"two runs on the same inputs disagree: {agree['reason']}"})
-        _check_against([b], [refs[index]], tol, {**label, "run": "repeat"})
+        _check_against([b], [reference.refs[index]], tol, {**label, "run": "repeat"})
     # new values at the same addresses: a cache keyed by pointer or shape returns stale results
-    fresh, fresh_refs = _references.get(backend, task, new_seed, new_distribution)
-    for buffer, array in zip(inputs, fresh):
+    fresh = _references.get(backend, task, new_seed, new_distribution)
+    for buffer, array in zip(inputs, fresh.inputs):
         backend.copy_into(buffer, array)
     label_fresh = {**label, "run": f"in-place new values (seed {new_seed}, {new_distribution})"}
-    _check_against(_run_once(backend, program, task, inputs, fresh, fresh_refs, label_fresh),
-                   fresh_refs, tol, label_fresh)
+    _check_against(_run_once(backend, program, task, inputs, fresh, label_fresh), fresh.refs, tol, label_fresh)
     return [{**label, "passed": True, "runs": ["fresh", "repeat", "in-place new values"],
              **{k: v for k, v in evidence.items() if k != "passed"}}]
 

@@ -12,7 +12,7 @@ from portkern.hwprofile import load_target
 from portkern.measure import MeasureOptions
 from portkern.search.worker import IsolatedRunner, TrialJob
 from portkern.synthetic import softmax_task
-from portkern.verify import GateOptions, compare, floor_violation
+from portkern.verify import GateOptions, compare, floor_violation, same_bits
 
 CORPUS = Path(__file__).parent / "gate_corpus"
 FAST_MEASURE = MeasureOptions(warmup=1, repeats=3, input_sets=2)
@@ -82,6 +82,30 @@ def test_compare_catches_a_local_error_that_l2_hides() -> None:
     assert result["rel_l2"] < 3e-3
     assert not result["passed"] and "max error" in result["reason"]
     assert compare(ref.astype(np.float32), ref, 1e-5)["passed"]
+
+
+def test_compare_tells_unwritten_elements_from_finite_values_too_large_to_square() -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    huge = rng.standard_normal(2_000_000).astype(np.float32) * np.float32(1e30)  # squares overflow float32
+    assert compare(huge * np.float32(1 + 1e-4), huge, 2e-3)["passed"]
+    assert not compare(huge * np.float32(1.01), huge, 2e-3)["passed"]
+    ref = rng.standard_normal(2_000_000).astype(np.float32)
+    unwritten = ref.astype(np.float16)
+    unwritten[123_456] = np.nan
+    result = compare(unwritten, ref, 2e-3)
+    assert not result["passed"] and result["bad_elements"] == 1
+
+
+def test_same_bits_is_bitwise() -> None:
+    import numpy as np
+
+    a = np.array([1.0, np.nan, -0.0], dtype=np.float16)
+    assert same_bits(a, a.copy())
+    assert not same_bits(a, np.array([1.0, np.nan, 0.0], dtype=np.float16))  # a signed zero changed
+    assert not same_bits(a, a.astype(np.float32))
+    assert not same_bits(a, a[:2])
 
 
 def test_floor_violation() -> None:

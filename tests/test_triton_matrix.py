@@ -164,3 +164,58 @@ def test_nhwc_conv_walks_filter_rows_where_a_tap_has_few_channels(dtype: str) ->
         run_gate(variant, config, task)
     assert not _valid(variant, {**variant.default, "TAP_ROWS": True}, synthetic.conv2d_task(
         1, 64, 8, 8, 64, 3, 3, dtype, pad=1, nhwc=True))  # a 64-channel tap fills BLOCK_K already
+
+
+# K steps per case at BLOCK_K 16: 18 (two channel blocks of 20, the second a K tail, x 9 taps), 18 in each of two
+# groups, 14 (TAP_ROWS: two runs of a 7 x 3 filter row x 7 rows); SPLIT_K 4 splits them 5+5+5+3 and 4+4+4+2
+SPLIT_K_CASES = {
+    "residual_relu": (lambda dt: synthetic.conv2d_task(2, 20, 6, 7, 33, 3, 3, dt, pad=1, residual=True,
+                                                       activation="relu", nhwc=True), False),
+    "groups_bias_residual_sigmoid": (lambda dt: synthetic.conv2d_task(
+        1, 40, 7, 6, 12, 3, 3, dt, stride=(1, 2), pad=(2, 1), dilation=(2, 1), group=2, residual=True,
+        activation="sigmoid", nhwc=True), False),
+    "tap_rows_relu": (lambda dt: synthetic.conv2d_task(2, 3, 11, 13, 10, 7, 7, dt, stride=2, pad=3,
+                                                       activation="relu", nhwc=True), True),
+}
+
+
+@pytest.mark.parametrize("split_k", (2, 4))
+@pytest.mark.parametrize("case", sorted(SPLIT_K_CASES))
+@pytest.mark.parametrize("dtype", ("float32", "float16"))
+def test_nhwc_conv_splits_k_and_applies_the_epilogue_once(dtype: str, case: str, split_k: int) -> None:
+    """SPLIT_K: each program sums a contiguous range of the K steps into an fp32 workspace and a
+    second pass adds the partials and applies act(conv + bias + residual) once; tiles of 32 leave
+    tails in pixels (84, 42, 84) and channels (33, 6 per group, 10), and 4 splits do not divide K."""
+    variant = VARIANTS["conv2d_nhwc"]
+    build, tap_rows = SPLIT_K_CASES[case]
+    task = build(dtype)
+    config = {**variant.default, "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "TAP_ROWS": tap_rows,
+              "SPLIT_K": split_k}
+    assert _valid(variant, config, task)
+    run_gate(variant, config, task)
+
+
+def test_nhwc_conv_refuses_splits_left_without_k_steps() -> None:
+    variant = VARIANTS["conv2d_nhwc"]
+    one_step = synthetic.conv2d_task(1, 20, 6, 6, 16, 1, 1, "float16", nhwc=True)  # 1x1, 20 channels: 1 step of 32
+    nine_steps = synthetic.conv2d_task(1, 12, 6, 6, 16, 3, 3, "float16", pad=1, nhwc=True)  # 9 taps x 1 block
+    base = {**variant.default, "BLOCK_K": 16}
+    assert _valid(variant, {**base, "BLOCK_K": 32, "SPLIT_K": 1}, one_step)
+    reason = BACKEND.check(Candidate.of(variant, {**base, "BLOCK_K": 32, "SPLIT_K": 2}), one_step)
+    assert reason is not None and "SPLIT_K=2" in reason and "(1 K steps)" in reason
+    assert _valid(variant, {**base, "SPLIT_K": 2}, nine_steps)  # 5 + 4
+    reason = BACKEND.check(Candidate.of(variant, {**base, "SPLIT_K": 4}), nine_steps)  # 3 + 3 + 3 + 0
+    assert reason is not None and "empty" in reason and "(9 K steps)" in reason
+
+
+def test_nhwc_conv_splits_k_only_where_the_tiles_leave_cores_idle() -> None:
+    """ResNet-50's 3x3 512-channel conv at 7x7, batch 32: 25 x 4 = 100 tiles of 64 x 128 for 132 SMs,
+    a split can help; at 56x56 the 1,568 tiles fill the chip and a split only adds its second pass."""
+    variant = VARIANTS["conv2d_nhwc"]
+    config = {**variant.default, "BLOCK_M": 64, "BLOCK_N": 128, "SPLIT_K": 2}
+    deep = synthetic.conv2d_task(32, 512, 7, 7, 512, 3, 3, "float16", pad=1, nhwc=True)
+    wide = synthetic.conv2d_task(32, 64, 56, 56, 64, 3, 3, "float16", pad=1, nhwc=True)
+    assert _valid(variant, config, deep)
+    reason = BACKEND.check(Candidate.of(variant, config), wide)
+    assert reason is not None and "fill the 132 cores" in reason
+    assert _valid(variant, {**config, "SPLIT_K": 1}, wide)

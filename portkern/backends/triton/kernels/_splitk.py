@@ -25,17 +25,24 @@ def _store_partial(acc, ws_ptr, split, rows, cols, M, N):
 
 
 @triton.jit
+def _sum_partials(ws_ptr, rows, cols, M, N, SPLIT_K: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """A tile's SPLIT_K partials in the (SPLIT_K, M, N) workspace, summed in fp32 in split order."""
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    offsets = rows[:, None].to(tl.int64) * N + cols[None, :]
+    acc = tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.float32)
+    for split in range(SPLIT_K):
+        acc += tl.load(ws_ptr + split * M * N + offsets, mask=mask, other=0.0)
+    return acc
+
+
+@triton.jit
 def _splitk_reduce(ws_ptr, c_ptr, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm, stride_rn,
                    SPLIT_K: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
                    ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
     """Second pass: sum the partials in split order (deterministic, no atomics), then the epilogue."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    mask = (rows[:, None] < M) & (cols[None, :] < N)
-    offsets = rows[:, None].to(tl.int64) * N + cols[None, :]
-    acc = tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.float32)
-    for split in range(SPLIT_K):
-        acc += tl.load(ws_ptr + split * M * N + offsets, mask=mask, other=0.0)
+    acc = _sum_partials(ws_ptr, rows, cols, M, N, SPLIT_K, BLOCK_R, BLOCK_C)
     _epilogue_store(acc, c_ptr, bias_ptr, res_ptr, rows, cols, M, N, stride_cm, stride_cn, stride_rm,
                     stride_rn, ACTIVATION, HAS_BIAS, HAS_RESIDUAL)
 
