@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from .errors import PortkernError
+from .errors import PortkernError, TargetError
+from .hwprofile import Target, load_target
 from .synthetic import gemm_task
 from .tasks import Task
 
@@ -52,6 +53,25 @@ def load_priors(target: str, folder: Path = PRIORS_DIR) -> list[Measured]:
     if not path.exists():
         return []
     return [Measured(**json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+
+
+def priors_for(target: Target, folder: Path = PRIORS_DIR) -> list[Measured]:
+    """The target's own priors; a target without a file borrows those of the built-in targets of
+    its architecture and backend (an H100 starts from the H200's: the same SMs and ISA, so the
+    tiles that won there are far better first guesses than a library's defaults). Each one is
+    still verified and measured on the target before it counts."""
+    own = load_priors(target.name, folder)
+    if own:
+        return own
+    borrowed: list[Measured] = []
+    for path in sorted(folder.glob("*.jsonl")):
+        try:
+            sibling = load_target(path.stem)
+        except TargetError:
+            continue  # priors of a plugin target that is not installed here
+        if sibling.profile.arch == target.profile.arch and sibling.backend == target.backend:
+            borrowed += load_priors(path.stem, folder)
+    return borrowed
 
 
 def problem_dims(described: dict[str, Any]) -> tuple[int, ...] | None:

@@ -28,7 +28,7 @@ from .models import random_feeds
 from .onnx_import import load_model
 from .pack import Pack, PackEntry, write_pack
 from .partition import backend_tasks, summarize
-from .priors import Measured, load_priors, nearest_configs
+from .priors import Measured, nearest_configs, priors_for
 from .profile import TaskProfile, baseline_program, profile_tasks
 from .search.proposers import BuiltinProposer, Feedback, Proposer, RulesProposer
 from .search.records import Measurement, RecordLog, TrialRecord
@@ -252,7 +252,7 @@ def run_tune(model_path: Path, options: TuneOptions, out: Path | None,
     storage = options.storage or f"sqlite:///{(work_dir / 'study.db').resolve()}"
     log = RecordLog(work_dir / "records.jsonl")
     store = ArtifactStore(work_dir / "artifacts")
-    catalog = TaskCatalog(work_dir / "tasks.jsonl", load_priors(target.name) if options.priors else ())
+    catalog = TaskCatalog(work_dir / "tasks.jsonl", priors_for(target) if options.priors else ())
     proposers = _make_proposers(options, work_dir)
     say(f"model {model_path.name}: {len(graph.nodes)} nodes, {len(tasks)} tasks; target {target.name} "
         f"({target.backend}{', simulated' if backend.simulated else ''}); proposers: "

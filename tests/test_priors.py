@@ -8,7 +8,7 @@ from pathlib import Path
 from portkern.backends import get_backend
 from portkern.backends.base import Candidate
 from portkern.hwprofile import load_target
-from portkern.priors import Measured, load_priors, nearest_configs, priors_from_table, shape_distance
+from portkern.priors import Measured, load_priors, nearest_configs, priors_for, priors_from_table, shape_distance
 from portkern.search.records import RecordLog
 from portkern.search.strategy import completed_config
 from portkern.synthetic import conv2d_task, gemm_task, layernorm_task
@@ -113,3 +113,13 @@ def test_a_config_measured_before_a_parameter_existed_takes_its_default() -> Non
     assert completed_config(variant, older) == dict(variant.default)
     assert completed_config(variant, {**older, "NO_SUCH_PARAMETER": 1}) is None
     assert completed_config(variant, {**variant.default, "BLOCK_M": 96}) is None  # outside the space
+
+
+def test_a_target_without_priors_borrows_those_of_its_architecture(tmp_path: Path) -> None:
+    """An H100 (sm_90, like the H200) starts from the H200's measured winners; an A100 (sm_80) and
+    the CPU have no sibling with priors and start from the library's defaults."""
+    shipped = load_priors("h200")
+    assert priors_for(load_target("h100")) == shipped == priors_for(load_target("h200"))
+    assert priors_for(load_target("a100")) == [] and priors_for(load_target("cpu")) == []
+    (tmp_path / "h100.jsonl").write_text(json.dumps(shipped[0].__dict__) + "\n")
+    assert priors_for(load_target("h100"), tmp_path) == [shipped[0]]  # its own file wins
