@@ -4,7 +4,9 @@ Generated kernels are known to fool harnesses (stale buffers, caches keyed by po
 in-place input edits, lower precision than promised, partial writes). Each check below closes one
 of those doors; the verdict keeps the evidence (seeds, distributions, errors, tolerances).
 
-  1. float64 reference (the task's own subgraph), tolerance from the declared precision and dtype
+  1. float64 reference (the task's own subgraph, by Backend.reference: the host executor, or a
+     backend's float64 runtime of the same ONNX semantics), tolerance from the declared precision
+     and dtype
   2. fresh random inputs per check, several seeds and distributions, never zeros; then new values
      written in place at the same addresses (pointer/shape caches return stale answers and fail)
   3. outputs poisoned (NaN) in fresh memory each run, with the reference output alive on the device
