@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Hashable, Iterable, TypeVar
 
 import numpy as np
 
@@ -69,3 +69,21 @@ class Graph:
 
     def input_specs(self) -> dict[str, TensorSpec]:
         return {name: self.values[name] for name in self.inputs}
+
+
+Key = TypeVar("Key", bound=Hashable)
+
+
+def connected_groups(keys: Iterable[Key], links: Iterable[tuple[Key, Key]]) -> dict[Key, Key]:
+    """Each key's group, named by one of its members: union-find over the links (pairs of keys)."""
+    root = {key: key for key in keys}
+
+    def find(key: Key) -> Key:
+        while root[key] != key:
+            root[key] = root[root[key]]
+            key = root[key]
+        return key
+
+    for a, b in links:
+        root[find(a)] = find(b)
+    return {key: find(key) for key in root}

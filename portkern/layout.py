@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .ir import Graph, Node, TensorSpec
+from .ir import Graph, Node, TensorSpec, connected_groups
 from .tasks import FLOAT_DTYPES
 
 LAYOUT_DOMAIN = "ai.portkern"
@@ -123,22 +123,12 @@ def _stretches_with_a_conv(graph: Graph) -> dict[int, tuple[int, ...]]:
     nodes = {id(node): node for node in graph.nodes}
     convertible = {key: permuted for key, node in nodes.items()
                    if (permuted := _layout_inputs(graph, node)) is not None}
-    root = {key: key for key in convertible}
-
-    def find(key: int) -> int:
-        while root[key] != key:
-            root[key] = root[root[key]]
-            key = root[key]
-        return key
-
     producer = graph.producer()
-    for key, permuted in convertible.items():
-        for index in permuted:
-            source = producer.get(nodes[key].inputs[index])
-            if source is not None and id(source) in convertible:
-                root[find(id(source))] = find(key)
-    with_conv = {find(key) for key in convertible if nodes[key].op_type == "Conv"}
-    return {key: permuted for key, permuted in convertible.items() if find(key) in with_conv}
+    group = connected_groups(convertible, [
+        (id(source), key) for key, permuted in convertible.items() for index in permuted
+        if (source := producer.get(nodes[key].inputs[index])) is not None and id(source) in convertible])
+    with_conv = {group[key] for key in convertible if nodes[key].op_type == "Conv"}
+    return {key: permuted for key, permuted in convertible.items() if group[key] in with_conv}
 
 
 def _nhwc_constant(array: np.ndarray) -> np.ndarray | None:

@@ -70,7 +70,7 @@ import ml_dtypes
 import numpy as np
 
 from .executor import _explicit_pads
-from .ir import Graph, Node, TensorSpec
+from .ir import Graph, Node, TensorSpec, connected_groups
 from .layout import NHWC_OPS, ONNX_OF, channels_last, is_channels_last
 from .tasks import FLOAT_DTYPES, Task, freeze_attrs
 
@@ -906,22 +906,12 @@ def _elementwise_matches(ctx: _Context) -> list[_Match]:
     """Unclaimed elementwise nodes grouped into trees joined through single-consumer values."""
     nodes = [node for node in ctx.graph.nodes if id(node) not in ctx.claimed and _is_elementwise(ctx, node)]
     ids = {id(node) for node in nodes}
-    root: dict[int, int] = {id(node): id(node) for node in nodes}
-
-    def find(key: int) -> int:
-        while root[key] != key:
-            root[key] = root[root[key]]
-            key = root[key]
-        return key
-
-    for node in nodes:
-        for name in set(node.inputs):
-            producer = ctx.producer.get(name)
-            if producer is not None and id(producer) in ids and ctx.sole_user(name) is node:
-                root[find(id(producer))] = find(id(node))
+    group_of = connected_groups(ids, [
+        (id(producer), id(node)) for node in nodes for name in set(node.inputs)
+        if (producer := ctx.producer.get(name)) is not None and id(producer) in ids and ctx.sole_user(name) is node])
     groups: dict[int, list[Node]] = {}
     for node in nodes:  # graph order is topological within each group
-        groups.setdefault(find(id(node)), []).append(node)
+        groups.setdefault(group_of[id(node)], []).append(node)
     matches = []
     for group in groups.values():
         made = {node.outputs[0] for node in group}

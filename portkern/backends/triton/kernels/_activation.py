@@ -1,4 +1,11 @@
-# --- included from _activation.py: the epilogue activations, on fp32 tiles ---
+# --- included from _activation.py: the fused epilogue's activations, on fp32 tiles, and its residual ---
+def _residual_problem(task):
+    """Why the task's residual cannot be read with the output's indices, or None (before compiling)."""
+    if task.attr("residual", False) and task.inputs[-1].shape != task.outputs[0].shape:
+        return f"residual {task.inputs[-1].shape} must have the output's shape {task.outputs[0].shape}"
+    return None
+
+
 @triton.jit
 def _sigmoid(x):
     z = tl.exp(-tl.abs(x))  # never overflows

@@ -1,16 +1,12 @@
 # --- included from _conv_common.py: a conv task's geometry and epilogue operands; NCHW kernels
 # --- on an NHWC task's buffers, through strides
+# include: activation
+
+
 def _conv_attrs(task):
     """(stride h, w), (pad top, left), (dilation h, w), groups of a conv2d task."""
     return (tuple(task.attr("strides", (1, 1))), tuple(task.attr("pads", (0, 0, 0, 0))[:2]),
             tuple(task.attr("dilations", (1, 1))), int(task.attr("group", 1)))
-
-
-def _residual_problem(task):
-    """Why the task's residual cannot be read with the output's indices, or None."""
-    if task.attr("residual", False) and task.inputs[-1].shape != task.outputs[0].shape:
-        return f"residual {task.inputs[-1].shape} must have the output's shape {task.outputs[0].shape}"
-    return None
 
 
 def _epilogue_operands(task, inputs, placeholder):

@@ -41,13 +41,6 @@ def _gemm_dims(task):
     return math.prod(a[:-1]), out[-1], a[-1]
 
 
-def _gemm_task_problem(task):
-    """Why the task's layout cannot be served, or None (checked before compiling)."""
-    if task.attr("residual", False) and task.inputs[-1].shape != task.outputs[0].shape:
-        return f"residual {task.inputs[-1].shape} must have the output's shape {task.outputs[0].shape}"
-    return None
-
-
 def _accumulator_problem(rows, cols, num_warps, target):
     """An fp32 rows x cols accumulator over more than 128 registers a thread spills."""
     threads = num_warps * target.profile.warp_size

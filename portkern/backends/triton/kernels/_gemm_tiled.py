@@ -9,7 +9,7 @@ DEFAULT = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps
 def constraints(task, config, target):
     if DOT_PRECISION == "tf32" and task.dtype != "float32":
         return "tf32 applies to float32 inputs only"
-    return _gemm_task_problem(task) or _accumulator_problem(config["BLOCK_M"], config["BLOCK_N"],
+    return _residual_problem(task) or _accumulator_problem(config["BLOCK_M"], config["BLOCK_N"],
                                                             config["num_warps"], target)
 
 

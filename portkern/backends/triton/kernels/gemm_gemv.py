@@ -44,7 +44,7 @@ def constraints(task, config, target):
         return f"M={M} runs on tensor cores (tl.dot reduces over K): REDUCE={config['REDUCE']!r} does not apply"
     if _m_pad(M) < DOT_ROWS and _m_pad(M) * config["BLOCK_N"] * config["BLOCK_K"] > PRODUCTS_PER_THREAD * threads:
         return f"a {_m_pad(M)}x{config['BLOCK_K']}x{config['BLOCK_N']} product block spills over {threads} threads"
-    return _gemm_task_problem(task) or _split_problem(K, config["SPLIT_K"], config["BLOCK_K"])
+    return _residual_problem(task) or _split_problem(K, config["SPLIT_K"], config["BLOCK_K"])
 
 
 def shared_memory(task, config):

@@ -21,7 +21,7 @@ DEFAULT = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "SPLIT_K": 4, "num_warps
 
 def constraints(task, config, target):
     M, N, K = _gemm_dims(task)
-    return (_gemm_task_problem(task) or _split_problem(K, config["SPLIT_K"], config["BLOCK_K"])
+    return (_residual_problem(task) or _split_problem(K, config["SPLIT_K"], config["BLOCK_K"])
             or _accumulator_problem(config["BLOCK_M"], config["BLOCK_N"], config["num_warps"], target))
 
 

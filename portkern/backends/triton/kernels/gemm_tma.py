@@ -39,7 +39,7 @@ def constraints(task, config, target):
     row_elements = (K,) if task.attr("trans_b", False) else (K, N)
     if any(n * item % _ROW_BYTES for n in row_elements):
         return f"rows of {row_elements} elements are not {_ROW_BYTES}-byte aligned for TMA"
-    return _gemm_task_problem(task) or _accumulator_problem(config["BLOCK_M"], config["BLOCK_N"],
+    return _residual_problem(task) or _accumulator_problem(config["BLOCK_M"], config["BLOCK_N"],
                                                             config["num_warps"], target)
 
 
