@@ -179,10 +179,9 @@ SPLIT_K_CASES = {
 }
 
 
-@pytest.mark.parametrize("split_k", (2, 4))
 @pytest.mark.parametrize("case", sorted(SPLIT_K_CASES))
 @pytest.mark.parametrize("dtype", ("float32", "float16"))
-def test_nhwc_conv_splits_k_and_applies_the_epilogue_once(dtype: str, case: str, split_k: int) -> None:
+def test_nhwc_conv_splits_k_and_applies_the_epilogue_once(dtype: str, case: str) -> None:
     """SPLIT_K: each program sums a contiguous range of the K steps into an fp32 workspace and a
     second pass adds the partials and applies act(conv + bias + residual) once; tiles of 32 leave
     tails in pixels (84, 42, 84) and channels (33, 6 per group, 10), and 4 splits do not divide K."""
@@ -190,7 +189,7 @@ def test_nhwc_conv_splits_k_and_applies_the_epilogue_once(dtype: str, case: str,
     build, tap_rows = SPLIT_K_CASES[case]
     task = build(dtype)
     config = {**variant.default, "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "TAP_ROWS": tap_rows,
-              "SPLIT_K": split_k}
+              "SPLIT_K": 4}  # uneven splits: the last one holds fewer K steps
     assert _valid(variant, config, task)
     run_gate(variant, config, task)
 
