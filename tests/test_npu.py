@@ -92,6 +92,17 @@ GATE_CASES: list[tuple[str, Callable[[], Task], dict[str, Any]]] = [
     ("gemm-fp16-staged-b-panel-gelu-residual",
      lambda: gemm_task(150, 270, 77, "float16", activation="gelu", bias=True, residual=True),
      {"BLOCK_M": 64, "BLOCK_N": 256, "L1_PANEL": "b", "STAGING": "output", "PROGRAMS": 2}),
+    # LEAD: the run's first tile (or first two, side by side in L0C) while the panel streams in 2-step loads
+    ("gemm-fp16-lead-pair-b-panel-bias", lambda: gemm_task(300, 270, 77, "float16", bias=True),
+     {"BLOCK_M": 64, "BLOCK_N": 64, "L1_PANEL": "b", "LEAD": "pair2", "L1_STEPS": 4, "BUFFERS": 3, "PROGRAMS": 2}),
+    ("gemm-fp32-lead-pair-a-panel-transb-gelu-residual",
+     lambda: gemm_task(150, 520, 77, "float32", activation="gelu", bias=True, residual=True, trans_b=True),
+     {"BLOCK_M": 64, "BLOCK_N": 128, "L1_PANEL": "a", "LEAD": "pair2", "L1_STEPS": 2, "BUFFERS": 3, "PROGRAMS": 2}),
+    ("gemm-fp16-lead-pair-staged-residual", lambda: gemm_task(300, 270, 200, "float16", bias=True, residual=True),
+     {"BLOCK_M": 64, "BLOCK_N": 256, "L1_PANEL": "b", "LEAD": "pair2", "L1_STEPS": 4, "BUFFERS": 3,
+      "STAGING": "output", "PROGRAMS": 2}),
+    ("gemm-fp16-lead-steps-a-panel-tanh", lambda: gemm_task(100, 600, 77, "float16", activation="tanh"),
+     {"BLOCK_M": 64, "BLOCK_N": 256, "L1_PANEL": "a", "LEAD": "steps2", "L1_STEPS": 8, "PROGRAMS": 2}),
     ("gemm-fp32-transb-gelu-residual-chunks",
      lambda: gemm_task(100, 130, 45, "float32", activation="gelu", residual=True, trans_b=True),
      {"BLOCK_M": 128, "BLOCK_N": 128, "EPILOGUE_ROWS": 32}),
@@ -239,6 +250,50 @@ def test_check_rejects_misaligned_tails(npu: NpuBackend) -> None:
     # the same tile on a cube-only GEMM needs only 32 B
     plain = gemm_task(64, 256, 64, "float16")
     assert npu.check(_candidate(npu, plain, BLOCK_N=128), plain) is None
+
+
+def test_check_rejects_a_lead_it_cannot_use(npu: NpuBackend) -> None:
+    task = gemm_task(4096, 768, 768, "float16", bias=True)
+    tiles = {"BLOCK_M": 64, "BLOCK_N": 256, "L1_PANEL": "b", "L1_STEPS": 8, "BUFFERS": 3}
+    assert npu.check(_candidate(npu, task, **tiles, LEAD="pair2"), task) is None
+    assert npu.check(_candidate(npu, task, **tiles, LEAD="steps2"), task) is None
+    reason = npu.check(_candidate(npu, task, **{**tiles, "L1_PANEL": "none"}, LEAD="pair2"), task)
+    assert reason and "LEAD pair2 without an L1 panel" in reason
+    reason = npu.check(_candidate(npu, task, **{**tiles, "L1_STEPS": 2}, LEAD="steps2"), task)
+    assert reason and "L1 loads are that deep already" in reason  # the same kernel as "whole": no duplicate
+    reason = npu.check(_candidate(npu, task, **{**tiles, "BUFFERS": 2}, LEAD="pair2"), task)
+    assert reason and "need 3 buffers" in reason
+    reason = npu.check(_candidate(npu, task, **tiles, LEAD="triple"), task)
+    assert reason and "LEAD triple is none of" in reason
+    # two 128x256 fp32 accumulators do not fit L0C together
+    reason = npu.check(_candidate(npu, task, **{**tiles, "BLOCK_M": 128, "L1_STEPS": 2}, LEAD="pair2"), task)
+    assert reason and "262144 B of L0C" in reason
+    split = gemm_task(4096, 768, 3072, "float16", bias=True)
+    reason = npu.check(_candidate(npu, split, **{**tiles, "L1_STEPS": 4}, K_SPLIT=8, LEAD="steps2"), split)
+    assert reason and "LEAD steps2 with K_SPLIT 8" in reason
+    # 3 x 2 tiles over 4 programs: the first program's run is one tile, so it has no pair
+    small = gemm_task(192, 128, 64, "float16")
+    reason = npu.check(_candidate(npu, small, BLOCK_M=64, BLOCK_N=64, L1_PANEL="b", BUFFERS=3, PROGRAMS=4,
+                                  LEAD="pair2"), small)
+    assert reason and "starts with a line segment of 1 tile(s)" in reason
+
+
+@pytest.mark.parametrize("lead, broken", [
+    ("pair2", ("acc1 = _k_step_lead(acc1", "acc1 = acc1 * 0 + _k_step_lead(acc1 * 0")),
+    ("steps2", ("b += tl.load(b_ptr + b_offsets, mask=b_mask & rows[:, None]",
+                "b = tl.load(b_ptr + b_offsets, mask=b_mask & rows[:, None]")),
+], ids=["pair-forgets-its-second-tile", "steps-keep-only-the-last-piece"])
+def test_the_gate_sees_the_lead_path(npu: NpuBackend, lead: str, broken: tuple[str, str]) -> None:
+    """The lead code is what runs for these configs: a kernel whose lead is wrong fails the gate."""
+    task = gemm_task(300, 270, 200, "float16", bias=True)
+    honest = _variant(npu, task)
+    assert honest.source.count(broken[0]) == 1
+    wrong = dataclasses.replace(honest, name="npu_gemm_wrong_lead", source=honest.source.replace(*broken))
+    config = {**honest.default, "BLOCK_M": 64, "BLOCK_N": 64, "L1_PANEL": "b", "L1_STEPS": 4, "BUFFERS": 3,
+              "PROGRAMS": 2, "LEAD": lead}
+    program = npu.load(npu.compile(Candidate.of(wrong, config), task), task)
+    verdict = verify(npu, program, task, honest.precision, GateOptions(seeds=(11,), distributions=("normal",)))
+    assert not verdict.passed and "error" in (verdict.reason or "")
 
 
 def test_elementwise_refuses_what_its_kernel_cannot_express(npu: NpuBackend) -> None:
@@ -418,6 +473,98 @@ def test_serial_stages_add_up(chip: Chip) -> None:
         _vector_schedule(serial=("cube", "fixpipes"))
 
 
+def _cube_schedule(**changes: Any) -> Schedule:
+    """One cube core's 64 trips; the cube (35.6 ns a trip) outruns MTE2 (about 32 ns) unless changed."""
+    raw: dict[str, Any] = {
+        "core": "cube", "programs": 1, "tiles": 64, "total_tiles": 64, "buffers": 3,
+        "per_tile": {"gm_to_l1": 4096, "l1_to_l0": 4096, "cube_macs": 64 * 64 * 64, "l0c_to_gm": 128},
+        "live": {"l1": 65536}, "tails": {"l1": [128]}, "gm_alignment": 512, "footprint_bytes": 1 << 20,
+    }
+    raw.update(changes)
+    return Schedule.parse(raw)
+
+
+def test_the_pipeline_fills_and_empties_by_whole_loads(chip: Chip) -> None:
+    """One L1 load feeding 8 trips: a cube-bound start waits for the whole first load; an MTE2-bound
+    lead leaves the 8 trips of its last load to run after it arrives."""
+    one = simulate(_cube_schedule(), chip)
+    eight = simulate(_cube_schedule(load_trips=8), chip)
+    read, cube = one.stage_seconds["mte2_l1"], one.stage_seconds["cube"]
+    assert read < cube  # cube-bound: the first trip waits for 8 trips' reads, not one
+    assert eight.program_seconds - one.program_seconds == pytest.approx(7 * read)
+    given = simulate(_cube_schedule(load_trips=8, first_load={"gm_to_l1": 2 * 4096}), chip)
+    assert given.program_seconds - one.program_seconds == pytest.approx(
+        (2 * 4096 + chip.dma_setup_bytes) / chip.core_gm_bandwidth - read)
+    lead = {"lead_tiles": 16, "lead": {"gm_to_l1": 16384}}
+    led = simulate(_cube_schedule(**lead), chip)
+    led8 = simulate(_cube_schedule(**lead, load_trips=8), chip)
+    assert led.lead_tile_seconds > cube  # the lead waits on its reads: the cube runs the last load's trips after it
+    assert led8.program_seconds - led.program_seconds == pytest.approx(7 * cube)
+    with pytest.raises(ScheduleError, match="load_trips"):
+        _cube_schedule(load_trips=0)
+
+
+def test_exposed_work_runs_after_the_loop(chip: Chip) -> None:
+    """The last tile's drain overlaps nothing; the vector side streams its part in pipelined chunks."""
+    plain = simulate(_cube_schedule(), chip)
+    drained = simulate(_cube_schedule(exposed={"l0c_to_gm": 65536}), chip)
+    fixpipe = min(chip.fixpipe_bytes_per_cycle * chip.clock_hz, chip.fixpipe_gm_bandwidth)
+    assert drained.exposed_seconds == pytest.approx((65536 + chip.dma_setup_bytes) / fixpipe)
+    assert drained.program_seconds - plain.program_seconds == pytest.approx(drained.exposed_seconds)
+    epilogue = {"gm_to_ub": 65536, "vector_ops": 16384, "ub_to_gm": 32768}
+    mixed = {"core": "mixed", "live": {"l1": 65536, "ub": 65536}, "tails": {"l1": [128], "ub": [512]}}
+    whole = simulate(_cube_schedule(**mixed, exposed=epilogue), chip).exposed_seconds
+    chunked = simulate(_cube_schedule(**mixed, exposed=epilogue, exposed_chunks=4,
+                                      exposed_transfers={"gm_to_ub": 4, "ub_to_gm": 4}), chip).exposed_seconds
+    assert chunked < whole
+
+
+def test_misaligned_bytes_cost_only_themselves(chip: Chip) -> None:
+    """Bytes a schedule names unaligned move at the unaligned rate; the rest of the kernel does not
+    pay for them (a kernel-wide misalignment is not charged twice)."""
+    plain = simulate(_cube_schedule(), chip)
+    cut = simulate(_cube_schedule(unaligned={"per_tile": {"gm_to_l1": 2048}}), chip)
+    extra = 2048 * (1 / chip.unaligned_gm_efficiency - 1) / chip.core_gm_bandwidth
+    assert cut.stage_seconds["mte2_l1"] - plain.stage_seconds["mte2_l1"] == pytest.approx(extra)
+    assert cut.stage_seconds["fixpipe"] == plain.stage_seconds["fixpipe"]
+    everywhere = simulate(_cube_schedule(gm_alignment=32), chip)
+    assert simulate(_cube_schedule(gm_alignment=32, unaligned={"per_tile": {"gm_to_l1": 2048}}),
+                    chip).seconds == everywhere.seconds
+    with pytest.raises(ScheduleError, match="unknown tables"):
+        _cube_schedule(unaligned={"per_trip": {"gm_to_l1": 1}})
+
+
+def test_a_lead_trip_may_carry_less(chip: Chip) -> None:
+    """No tile has finished during a lead, so its trips drain nothing; a lead cannot take away more
+    than every trip carries."""
+    lead = _cube_schedule(lead_tiles=8, lead={"gm_to_l1": 8192, "l0c_to_gm": -128})
+    assert simulate(lead, chip).seconds > 0
+    with pytest.raises(ScheduleError, match="take away at most"):
+        _cube_schedule(lead_tiles=8, lead={"l0c_to_gm": -256})
+
+
+def test_the_first_trip_shares_hbm_like_the_others(chip: Chip) -> None:
+    """48 programs streaming from HBM: no trip, the first included, beats its share of HBM, so the
+    launch never beats the roofline's memory term."""
+    busy = _vector_schedule(programs=48, total_tiles=48 * 64, buffers=3)
+    estimate = simulate(busy, chip)
+    assert estimate.first_tile_seconds >= estimate.stage_seconds["gm"]
+    total_bytes = busy.total_tiles * busy.bytes_per_tile(("gm_to_ub", "ub_to_gm"))
+    assert estimate.seconds - chip.launch_seconds >= total_bytes / chip.hbm_bandwidth * (1 - 1e-9)
+
+
+def test_gm_reads_and_writes_have_their_own_rates(npu: NpuBackend, chip: Chip) -> None:
+    """The profile's per-core rates (CANN's 910B2C platform file): 110 B/cycle L2 reads, 86 B/cycle
+    cube writes, 64 B/cycle UB -> GM."""
+    clock = chip.clock_hz
+    assert (chip.core_gm_bandwidth, chip.fixpipe_gm_bandwidth, chip.ub_gm_bandwidth) == pytest.approx(
+        (110 * clock, 86 * clock, 64 * clock))
+    stages = simulate(_vector_schedule(), chip).stage_seconds
+    assert stages["mte3"] == pytest.approx((16384 + chip.dma_setup_bytes) / chip.ub_gm_bandwidth)
+    assert stages["mte2_ub"] == pytest.approx((16384 + chip.dma_setup_bytes) / chip.core_gm_bandwidth)
+    assert "Ascend910B2C.ini" in npu.target.profile.sources["core_gm_bandwidth"]
+
+
 def test_a_full_l0c_accumulator_drains_before_the_next_tile(npu: NpuBackend) -> None:
     """128x256 fp32 (128 KiB) fills L0C alone: FIXPIPE's drain and the cube take turns; 128x128
     leaves room for a second accumulator, so the drain overlaps the next tile."""
@@ -429,6 +576,74 @@ def test_a_full_l0c_accumulator_drains_before_the_next_tile(npu: NpuBackend) -> 
     module = npu._module(_variant(npu, task))
     assert module.schedule(task, {**_variant(npu, task).default, "BLOCK_M": 128, "BLOCK_N": 128, "BUFFERS": 3},
                            npu.target)["live"]["l0c"] == 2 * 128 * 128 * 4
+
+
+def _gemm_schedule(npu: NpuBackend, task: Task, **overrides: Any) -> dict[str, Any]:
+    variant = _variant(npu, task)
+    return npu._module(variant).schedule(task, {**variant.default, **overrides}, npu.target)
+
+
+def test_a_lead_pair_shares_the_panel_and_pays_a_drain(npu: NpuBackend) -> None:
+    """BERT's Q/K/V GEMM: with LEAD pair2 the first two tiles of a run take the B panel's first load
+    together (half of each panel step per lead trip, over twice the trips, in 2-step loads), both
+    finish at once (one more drain exposed), and a vector epilogue gets a workspace slot each."""
+    task = gemm_task(4096, 768, 768, "float16", bias=True)
+    tiles = {"BLOCK_M": 64, "BLOCK_N": 256, "L1_PANEL": "b", "L1_STEPS": 8, "BUFFERS": 3}
+    whole, pair = (_gemm_schedule(npu, task, **tiles, LEAD=lead) for lead in ("whole", "pair2"))
+    panel_step = 32 * 256 * 2
+    assert whole["lead"]["gm_to_l1"] == panel_step and pair["lead"]["gm_to_l1"] == panel_step / 2
+    assert pair["lead_tiles"] == 2 * whole["lead_tiles"] == 2 * 24
+    assert (whole["load_trips"], pair["load_trips"]) == (8, 2 * 2)
+    tile_out = 64 * 256 * 2
+    assert pair["exposed"]["l0c_to_gm"] == 2 * tile_out and whole["exposed"]["l0c_to_gm"] == tile_out
+    assert pair["lead"]["l0c_to_gm"] == -pair["per_tile"]["l0c_to_gm"]  # no tile drains during the lead
+    residual = gemm_task(4096, 768, 768, "float16", bias=True, residual=True)
+    variant = _variant(npu, residual)
+    module = npu._module(variant)
+    assert module.workspace(residual, {**variant.default, **tiles, "LEAD": "pair2"}) == (24 * 2 * 64 * 256, "float32")
+    assert module.workspace(residual, {**variant.default, **tiles, "LEAD": "whole"}) == (24 * 64 * 256, "float32")
+
+
+def test_rows_cut_off_512_bytes_are_charged_unaligned(npu: NpuBackend) -> None:
+    """N = 768 fp16 in 128-wide tiles: every other B tile and output tile starts 256 B off a 512 B
+    boundary; 256-wide tiles start on one. A's L1 loads cut K every BLOCK_K x L1_STEPS columns."""
+    task = gemm_task(4096, 768, 768, "float16")
+    narrow = _gemm_schedule(npu, task, BLOCK_M=128, BLOCK_N=128, L1_STEPS=8)
+    assert narrow["gm_alignment"] == 512  # the rows' strides
+    assert narrow["unaligned"]["per_tile"]["gm_to_l1"] == 32 * 128 * 2  # B streams; A loads 256 columns
+    assert narrow["unaligned"]["per_tile"]["l0c_to_gm"] == narrow["per_tile"]["l0c_to_gm"]
+    wide = _gemm_schedule(npu, task, BLOCK_M=64, BLOCK_N=256, L1_STEPS=8)
+    assert all(not queues for queues in wide["unaligned"].values())
+    shallow = _gemm_schedule(npu, task, BLOCK_M=64, BLOCK_N=256, L1_STEPS=4)  # 128 fp16 columns: 256 B
+    assert shallow["unaligned"]["per_tile"]["gm_to_l1"] == 64 * 32 * 2
+    chip = npu.chip
+    modeled = npu.compile(_candidate(npu, task, BLOCK_M=128, BLOCK_N=128, L1_STEPS=8), task).meta["modeled"]
+    moved = narrow["per_tile"]["gm_to_l1"] + narrow["unaligned"]["per_tile"]["gm_to_l1"] * (
+        1 / chip.unaligned_gm_efficiency - 1) + narrow["transfers"]["gm_to_l1"] * chip.dma_setup_bytes
+    assert modeled["stage_seconds"]["mte2_l1"] == pytest.approx(moved / chip.core_gm_bandwidth)
+
+
+def test_the_last_tiles_residual_is_read_ahead(npu: NpuBackend) -> None:
+    """The residual does not wait for the sum: the vector cores fill their UB buffers with it while
+    the cube still works on the last tile, so only the sum's crossing is exposed."""
+    task = gemm_task(4096, 768, 768, "float16", bias=True, residual=True)
+    tiles = {"BLOCK_M": 64, "BLOCK_N": 256, "L1_PANEL": "b", "L1_STEPS": 8, "STAGING": "output"}
+    # after the lead (the B panel streaming in) the first trip holds no share of an epilogue: the
+    # whole last tile's crossing is exposed, less its residual rows that fit the buffers
+    ahead = _gemm_schedule(npu, task, **tiles, BUFFERS=3, EPILOGUE_ROWS=32)  # 3 x 32 rows hold the tile's 64
+    assert ahead["exposed"]["gm_to_ub"] == 64 * 256 * 2  # the staged fp16 sum only
+    part = _gemm_schedule(npu, task, **{**tiles, "BLOCK_M": 128}, BUFFERS=2, EPILOGUE_ROWS=32)  # 64 of 128 rows
+    assert part["exposed"]["gm_to_ub"] == 128 * 256 * 2 + 128 * 256 * 2 / 2
+
+
+def test_every_npu_space_is_ranked_whole(npu: NpuBackend) -> None:
+    """The cost model ranks a whole space below MAX_RANKED configurations; above it only a sample,
+    which can miss the model's best (it did for the Q/K/V GEMM)."""
+    from portkern.search.strategy import MAX_RANKED, space_size
+
+    for name, source in npu.builtin_sources().items():
+        header = read_header(source)
+        assert space_size([types.SimpleNamespace(space=header["SPACE"])]) <= MAX_RANKED, name
 
 
 def test_staging_knob_is_refused_where_it_means_nothing(npu: NpuBackend) -> None:
@@ -562,8 +777,10 @@ def test_bert_shapes_modeled_fraction_of_roofline(npu: NpuBackend, make_task: Ca
     print(f"\n[simulated] {task.label}: best {seconds * 1e6:.2f} us with {config}; "
           f"simulated floor {floor * 1e6:.2f} us -> {floor / seconds:.0%} of roofline "
           f"(default config {floor / default:.0%})")
-    assert floor <= seconds <= default
+    assert floor * (1 - 1e-9) <= seconds <= default  # on the floor (to rounding) is allowed: an HBM-bound norm
     assert floor / seconds >= 0.8
+    # issue 8's measure, the tune report's: the floor without the launch
+    assert npu.target.profile.floor_seconds(task.flops, task.min_bytes, task.dtype) / seconds >= 0.8
 
 
 def test_tune_uses_the_modeled_clock(tmp_path: Path) -> None:

@@ -7,7 +7,8 @@ whose accumulator crosses to the vector cores through a GM workspace (Atlas A2 h
 path), so its tail axes must be 512-byte aligned. K_SPLIT > 1 takes a panel's tiles through K one
 L1-resident slice at a time, their partial sums accumulated in that workspace (the fixpipe's
 atomic add), and the vector cores finish each tile in EPILOGUE_ROWS-row chunks; unsplit, STAGING
-picks the workspace's dtype (fp32, or the output's).
+picks the workspace's dtype (fp32, or the output's). LEAD shapes the start of a run, while the panel
+streams in under its first tile (or first two, side by side in L0C): the panel in 2-step loads.
 """
 import triton
 import triton.language as tl
@@ -16,13 +17,16 @@ KIND = "gemm"
 PRECISION = "fp32"
 # 15,552 configurations: the cost model ranks all of them before a trial (search.strategy's MAX_RANKED
 # samples a larger space). Left out, as never the model's best on the BERT/ResNet shapes tried: 128-deep
-# BLOCK_K, 1-step L1 loads, K_SPLIT 2, 16- and 128-row epilogue chunks, and no buffering at all.
+# BLOCK_K, 1-step L1 loads, K_SPLIT 2, 16- and 128-row epilogue chunks, no buffering at all, and
+# PROGRAMS 16 and 20 (made room for LEAD; with 4096 rows every core has tiles, and at 1024 rows fewer
+# programs only idle cores).
 SPACE = {"BLOCK_M": [64, 128, 256], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64], "L1_STEPS": [2, 4, 8],
          "L1_PANEL": ["none", "a", "b"], "K_SPLIT": [1, 4, 8, 16], "EPILOGUE_ROWS": [32, 64],
-         "STAGING": ["float32", "output"], "PROGRAMS": [16, 20, 24], "BUFFERS": [2, 3]}
+         "STAGING": ["float32", "output"], "LEAD": ["whole", "steps2", "pair2"], "PROGRAMS": [24],
+         "BUFFERS": [2, 3]}
 # valid for fp16/fp32 and every epilogue
 DEFAULT = {"BLOCK_M": 64, "BLOCK_N": 256, "BLOCK_K": 32, "L1_STEPS": 2, "L1_PANEL": "none", "K_SPLIT": 1,
-           "EPILOGUE_ROWS": 64, "STAGING": "float32", "PROGRAMS": 24, "BUFFERS": 2}
+           "EPILOGUE_ROWS": 64, "STAGING": "float32", "LEAD": "whole", "PROGRAMS": 24, "BUFFERS": 2}
 
 # include: cube_tiles
 
@@ -34,11 +38,31 @@ def _problem(task):
     return a.numel // k, b.shape[0] if task.attr("trans_b", False) else b.shape[1], k, 1
 
 
+def _misaligned(task, config):
+    """Which cut rows start off 512 bytes: A's (and a transposed B's) every `depth` K-columns, B's
+    and the output's (residual's, bias's) every BLOCK_N columns, where more than one tile spans the
+    row. Tiles of the first column, or of even ones, may start aligned; the busiest program is taken
+    to be one that does not."""
+    _, n, k, _ = _problem(task)
+    size, out_size = ITEMSIZE[task.dtype], ITEMSIZE[task.outputs[0].dtype]
+    trans_b, block_n = bool(task.attr("trans_b", False)), config["BLOCK_N"]
+
+    def k_cut(depth):
+        return k > depth and (depth * size) % 512 != 0
+
+    def misaligned(operand, depth):
+        if operand == "a" or (operand == "b" and trans_b):
+            return k_cut(depth)
+        return n > block_n and (block_n * (size if operand == "b" else min(size, out_size))) % 512 != 0
+    return misaligned
+
+
 def schedule(task, config, target):
     _, n, k, _ = _problem(task)
     row_bytes = [k * ITEMSIZE[task.dtype], n * ITEMSIZE[task.outputs[0].dtype]]
     return _cube_schedule(task, config, target, a_dmas=lambda depth: 1,  # one 2-D copy per A slice
-                          gm_alignment=min(min(r & -r for r in row_bytes), 512), ub_lanes=config["BLOCK_N"])
+                          gm_alignment=min(min(r & -r for r in row_bytes), 512), ub_lanes=config["BLOCK_N"],
+                          misaligned=_misaligned(task, config))
 
 
 def workspace(task, config):
@@ -64,11 +88,81 @@ def _vector_epilogue(tile_sum, residual_ptr, out_ptr, row0, rn, M, N, BLOCK_M: t
 
 
 @triton.jit
+def _tile_start(tile, tiles_m, tiles_n, bias_ptr, N, k_lo, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                ALONG_M: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """A tile's rows, columns and fresh accumulator (the bias table initialises L0C, first slice only)."""
+    tile_m, tile_n = _tile_coords(tile, tiles_m, tiles_n, ALONG_M)
+    rm = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if HAS_BIAS:
+        if k_lo == 0:
+            acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+    return tile_m, rm, rn, acc
+
+
+@triton.jit
+def _k_step(acc, a_ptr, b_ptr, rm, rn, k0, M, N, K, stride_bk, stride_bn, K_SLICE: tl.constexpr,
+            DOT_PRECISION: tl.constexpr):
+    """One L1 load of A rows and B columns, K_SLICE deep, into the accumulator."""
+    rk = k0 + tl.arange(0, K_SLICE)
+    a = tl.load(a_ptr + rm[:, None] * K + rk[None, :], mask=(rm < M)[:, None] & (rk < K)[None, :], other=0.0)
+    b = tl.load(b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn,
+                mask=(rk < K)[:, None] & (rn < N)[None, :], other=0.0)
+    return tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+
+
+@triton.jit
+def _k_step_lead(acc, a_ptr, b_ptr, rm, rn, k0, M, N, K, stride_bk, stride_bn, K_SLICE: tl.constexpr,
+                 LEAD_SLICE: tl.constexpr, PANEL_A: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """One L1 load of the tile's own operand, K_SLICE deep, while the panel's part of it streams in
+    LEAD_SLICE-deep loads (each its own DMA; the pieces do not overlap, so their sum is the slice)."""
+    rk = k0 + tl.arange(0, K_SLICE)
+    a_mask = (rm < M)[:, None] & (rk < K)[None, :]
+    b_mask = (rk < K)[:, None] & (rn < N)[None, :]
+    a_offsets = rm[:, None] * K + rk[None, :]
+    b_offsets = rk[:, None] * stride_bk + rn[None, :] * stride_bn
+    if PANEL_A:
+        b = tl.load(b_ptr + b_offsets, mask=b_mask, other=0.0)
+        a = tl.zeros((rm.shape[0], K_SLICE), dtype=a_ptr.dtype.element_ty)
+        for piece in tl.static_range(0, K_SLICE, LEAD_SLICE):
+            rows = (rk >= k0 + piece) & (rk < k0 + piece + LEAD_SLICE)
+            a += tl.load(a_ptr + a_offsets, mask=a_mask & rows[None, :], other=0.0)
+    else:
+        a = tl.load(a_ptr + a_offsets, mask=a_mask, other=0.0)
+        b = tl.zeros((K_SLICE, rn.shape[0]), dtype=b_ptr.dtype.element_ty)
+        for piece in tl.static_range(0, K_SLICE, LEAD_SLICE):
+            rows = (rk >= k0 + piece) & (rk < k0 + piece + LEAD_SLICE)
+            b += tl.load(b_ptr + b_offsets, mask=b_mask & rows[:, None], other=0.0)
+    return tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+
+
+@triton.jit
+def _tile_finish(acc, tile_sum, residual_ptr, out_ptr, tile_m, rm, rn, k_lo, M, N, K, K_DEPTH: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, VECTOR: tl.constexpr, EPILOGUE_ROWS: tl.constexpr,
+                 ACTIVATION: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+    """The accumulator leaves L0C: to the output, or (FIXPIPE) to the tile's workspace slot, stored by
+    the first K slice and accumulated by the others; after the last slice the vector cores finish it."""
+    if VECTOR:
+        tile_offsets = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+        if k_lo == 0:  # FIXPIPE casts to the workspace's dtype (fp32 when K is split)
+            tl.store(tile_sum + tile_offsets, acc.to(tile_sum.dtype.element_ty))
+        else:
+            tl.atomic_add(tile_sum + tile_offsets, acc)
+        if k_lo + K_DEPTH >= K:
+            _vector_epilogue(tile_sum, residual_ptr, out_ptr, tile_m * BLOCK_M, rn, M, N, BLOCK_M, BLOCK_N,
+                             EPILOGUE_ROWS, ACTIVATION, HAS_RESIDUAL)
+    else:
+        tl.store(out_ptr + rm[:, None] * N + rn[None, :], acc.to(out_ptr.dtype.element_ty),
+                 mask=(rm < M)[:, None] & (rn < N)[None, :])
+
+
+@triton.jit
 def _gemm_tiles(a_ptr, b_ptr, bias_ptr, residual_ptr, out_ptr, ws_ptr, M, N, K, stride_bk, stride_bn,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, K_SLICE: tl.constexpr, K_DEPTH: tl.constexpr,
-                ALONG_M: tl.constexpr, VECTOR: tl.constexpr, SLOTS: tl.constexpr, EPILOGUE_ROWS: tl.constexpr,
-                ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-                DOT_PRECISION: tl.constexpr):
+                ALONG_M: tl.constexpr, HAS_LEAD: tl.constexpr, LEAD_TILES: tl.constexpr, LEAD_SLICE: tl.constexpr,
+                VECTOR: tl.constexpr, SLOTS: tl.constexpr, EPILOGUE_ROWS: tl.constexpr, ACTIVATION: tl.constexpr,
+                HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, DOT_PRECISION: tl.constexpr):
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
     if ALONG_M:
@@ -77,38 +171,40 @@ def _gemm_tiles(a_ptr, b_ptr, bias_ptr, residual_ptr, out_ptr, ws_ptr, M, N, K, 
         line = tiles_n
     first, last = _run_bounds(tiles_m * tiles_n)
     slots = ws_ptr + tl.program_id(0) * SLOTS * BLOCK_M * BLOCK_N
-    tile_offsets = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     for segment in range(first // line, tl.cdiv(last, line)):  # the run's tiles that share one panel
         lo = tl.maximum(first, segment * line)
         hi = tl.minimum(last, segment * line + line)
+        start = lo
+        if HAS_LEAD:  # a lead other than whole L1 loads (unsplit K: constraints)
+            if segment == first // line:  # the run's first tile (two, side by side) while the panel streams in
+                m0, rm0, rn0, acc0 = _tile_start(lo, tiles_m, tiles_n, bias_ptr, N, 0, BLOCK_M, BLOCK_N, ALONG_M,
+                                                 HAS_BIAS)
+                if LEAD_TILES == 2:  # constraints: the segment holds two tiles
+                    m1, rm1, rn1, acc1 = _tile_start(lo + 1, tiles_m, tiles_n, bias_ptr, N, 0, BLOCK_M, BLOCK_N,
+                                                     ALONG_M, HAS_BIAS)
+                for k0 in range(0, K, K_SLICE):  # the panel in LEAD_SLICE-deep loads; a pair shares each
+                    acc0 = _k_step_lead(acc0, a_ptr, b_ptr, rm0, rn0, k0, M, N, K, stride_bk, stride_bn, K_SLICE,
+                                        LEAD_SLICE, not ALONG_M, DOT_PRECISION)
+                    if LEAD_TILES == 2:
+                        acc1 = _k_step_lead(acc1, a_ptr, b_ptr, rm1, rn1, k0, M, N, K, stride_bk, stride_bn,
+                                            K_SLICE, LEAD_SLICE, not ALONG_M, DOT_PRECISION)
+                _tile_finish(acc0, slots, residual_ptr, out_ptr, m0, rm0, rn0, 0, M, N, K, K_DEPTH, BLOCK_M,
+                             BLOCK_N, VECTOR, EPILOGUE_ROWS, ACTIVATION, HAS_RESIDUAL)
+                if LEAD_TILES == 2:
+                    _tile_finish(acc1, slots + (1 % SLOTS) * BLOCK_M * BLOCK_N, residual_ptr, out_ptr, m1, rm1,
+                                 rn1, 0, M, N, K, K_DEPTH, BLOCK_M, BLOCK_N, VECTOR, EPILOGUE_ROWS, ACTIVATION,
+                                 HAS_RESIDUAL)
+                start = lo + LEAD_TILES
         for k_lo in range(0, K, K_DEPTH):  # one K slice: only this slice of the panel is in L1
-            for tile in range(lo, hi):
-                tile_m, tile_n = _tile_coords(tile, tiles_m, tiles_n, ALONG_M)
-                rm = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
-                rn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
-                acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                if HAS_BIAS:  # the bias table initialises L0C, in the first slice only
-                    if k_lo == 0:
-                        acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+            for tile in range(start, hi):
+                tile_m, rm, rn, acc = _tile_start(tile, tiles_m, tiles_n, bias_ptr, N, k_lo, BLOCK_M, BLOCK_N,
+                                                  ALONG_M, HAS_BIAS)
                 for k0 in range(k_lo, tl.minimum(k_lo + K_DEPTH, K), K_SLICE):  # one L1 load each
-                    rk = k0 + tl.arange(0, K_SLICE)
-                    a = tl.load(a_ptr + rm[:, None] * K + rk[None, :], mask=(rm < M)[:, None] & (rk < K)[None, :],
-                                other=0.0)
-                    b = tl.load(b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn,
-                                mask=(rk < K)[:, None] & (rn < N)[None, :], other=0.0)
-                    acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
-                if VECTOR:  # FIXPIPE: L0C -> the tile's workspace slot, accumulated after the first slice
-                    tile_sum = slots + ((tile - lo) % SLOTS) * BLOCK_M * BLOCK_N
-                    if k_lo == 0:  # FIXPIPE casts to the workspace's dtype (fp32 when K is split)
-                        tl.store(tile_sum + tile_offsets, acc.to(ws_ptr.dtype.element_ty))
-                    else:
-                        tl.atomic_add(tile_sum + tile_offsets, acc)
-                    if k_lo + K_DEPTH >= K:
-                        _vector_epilogue(tile_sum, residual_ptr, out_ptr, tile_m * BLOCK_M, rn, M, N, BLOCK_M,
-                                         BLOCK_N, EPILOGUE_ROWS, ACTIVATION, HAS_RESIDUAL)
-                else:
-                    tl.store(out_ptr + rm[:, None] * N + rn[None, :], acc.to(out_ptr.dtype.element_ty),
-                             mask=(rm < M)[:, None] & (rn < N)[None, :])
+                    acc = _k_step(acc, a_ptr, b_ptr, rm, rn, k0, M, N, K, stride_bk, stride_bn, K_SLICE,
+                                  DOT_PRECISION)
+                _tile_finish(acc, slots + ((tile - lo) % SLOTS) * BLOCK_M * BLOCK_N, residual_ptr, out_ptr, tile_m,
+                             rm, rn, k_lo, M, N, K, K_DEPTH, BLOCK_M, BLOCK_N, VECTOR, EPILOGUE_ROWS, ACTIVATION,
+                             HAS_RESIDUAL)
 
 
 def launch(task, config, inputs, outputs, workspace_buffer):
@@ -117,6 +213,7 @@ def launch(task, config, inputs, outputs, workspace_buffer):
     depth, slices = _k_slices(task, config)
     has_bias, has_residual = bool(task.attr("bias", False)), bool(task.attr("residual", False))
     slots = _workspace_slots(task, config)
+    lead_tiles, lead_steps = _lead(config)
     a, b = inputs[0], inputs[1]
     bias = inputs[2] if has_bias else a
     residual = inputs[2 + has_bias] if has_residual else a
@@ -124,7 +221,9 @@ def launch(task, config, inputs, outputs, workspace_buffer):
     _gemm_tiles[(programs,)](a, b, bias, residual, outputs[0], workspace_buffer if slots else a, m, n, k,
                              stride_bk, stride_bn, BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"],
                              K_SLICE=config["BLOCK_K"] * config["L1_STEPS"], K_DEPTH=depth,
-                             ALONG_M=config["L1_PANEL"] == "b", VECTOR=slots > 0, SLOTS=max(slots, 1),
+                             ALONG_M=config["L1_PANEL"] == "b", HAS_LEAD=config.get("LEAD", "whole") != "whole",
+                             LEAD_TILES=lead_tiles,
+                             LEAD_SLICE=config["BLOCK_K"] * lead_steps, VECTOR=slots > 0, SLOTS=max(slots, 1),
                              EPILOGUE_ROWS=config["EPILOGUE_ROWS"], ACTIVATION=task.attr("activation", "none"),
                              HAS_BIAS=has_bias, HAS_RESIDUAL=has_residual,
                              DOT_PRECISION="ieee" if task.dtype == "float32" else "tf32")
