@@ -4,6 +4,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.portkern-installed
 DEMO_DIR ?= demo-out
+# tests run in this many processes (pytest-xdist): most are one core of interpreter work each
+TEST_WORKERS ?= 2
 
 .PHONY: test test-fast demo clean-demo venv
 
@@ -18,10 +20,10 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow" --durations=15
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not slow" --durations=15
 
 test-all: $(STAMP)
-	$(BIN)/python -m pytest -q --durations=25
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=25
 
 # Tune a real model for the host CPU, write a pack, run the model with it, print the speedup table.
 # The model: a BERT-style encoder (2 layers, hidden 256, 4 heads, seq 128) exported from transformers.
