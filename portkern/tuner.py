@@ -11,8 +11,7 @@ import os
 import shutil
 import sys
 import time
-import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -211,7 +210,7 @@ class TaskCatalog:
         for item in [*measured, *self.priors]:
             config = completed_config(library[item.variant], item.config) if item.variant in library else None
             if config is not None:
-                admitted.append(dataclasses.replace(item, config=config))
+                admitted.append(replace(item, config=config))
         chosen = nearest_configs(task.describe(), admitted, count)
         return [Candidate.of(library[item.variant], item.config) for item in chosen]
 

@@ -331,7 +331,7 @@ def search_workload(task: Task, variants: Sequence[Variant], runner: Runner, *,
     for candidate in seeded:
         variant = by_name.get(candidate.variant.name)
         config = completed_config(variant, candidate.params) if variant is not None else None
-        if variant is not None and config is not None:
+        if config is not None:
             study.enqueue_trial(_params(variant, config), skip_if_exists=True)
     names = sorted(by_name)
     since_gain = 0

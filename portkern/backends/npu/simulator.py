@@ -46,7 +46,7 @@ COST_MODEL_VERSION = "4"
 
 GM_READ_QUEUES = ("gm_to_ub", "gm_to_l1")
 GM_WRITE_QUEUES = ("l0c_to_gm", "ub_to_gm")
-GM_QUEUES = ("gm_to_ub", "gm_to_l1", "l0c_to_gm", "ub_to_gm")
+GM_QUEUES = GM_READ_QUEUES + GM_WRITE_QUEUES
 QUEUES = GM_READ_QUEUES + ("l1_to_l0",) + GM_WRITE_QUEUES
 WORK = ("cube_macs", "vector_ops")
 MEMORIES = ("ub", "l1", "l0a", "l0b", "l0c")
@@ -54,6 +54,9 @@ STAGES = ("mte2_l1", "mte1", "cube", "fixpipe", "mte2_ub", "vector", "mte3")  # 
 CORE_KINDS = ("vector", "cube", "mixed")  # mixed: one cube core driving its two vector cores
 GM_BEST_ALIGNMENT = 512  # GM row starts aligned to this move at the full rate (Atlas A2)
 UNALIGNED_TABLES = ("per_tile", "lead", "setup", "exposed", "first_load")
+# a schedule's tables of QUEUES bytes / WORK units and their DMA instruction counts (per_tile required)
+WORK_TABLES = ("per_tile", "setup", "transfers", "setup_transfers", "lead", "lead_transfers", "exposed",
+               "exposed_transfers", "first_load", "first_load_transfers")
 
 
 class ScheduleError(PortkernError):
@@ -155,9 +158,8 @@ class Schedule:
         """Validate a kernel module's dict; a typo there must not become a silently wrong time."""
         required = ("core", "programs", "tiles", "total_tiles", "buffers", "per_tile", "live",
                     "tails", "gm_alignment", "footprint_bytes")
-        optional = ("transfers", "setup", "setup_transfers", "cube_dtype", "vector_op_bytes", "lead_tiles", "lead",
-                    "lead_transfers", "serial", "load_trips", "exposed", "exposed_transfers", "exposed_chunks",
-                    "first_load", "first_load_transfers", "unaligned")
+        optional = (*(name for name in WORK_TABLES if name not in required), "cube_dtype", "vector_op_bytes", "lead_tiles", "serial", "load_trips",
+                    "exposed_chunks", "unaligned")
         missing = [k for k in required if k not in raw]
         if missing:
             raise ScheduleError(f"schedule is missing {', '.join(missing)}")
@@ -167,13 +169,7 @@ class Schedule:
         if raw["core"] not in CORE_KINDS:
             raise ScheduleError(f"schedule core must be one of {CORE_KINDS}, not {raw['core']!r}")
         known = set(QUEUES) | set(WORK)
-        for name, table in (("per_tile", raw["per_tile"]), ("setup", raw.get("setup", {})),
-                            ("transfers", raw.get("transfers", {})),
-                            ("setup_transfers", raw.get("setup_transfers", {})), ("lead", raw.get("lead", {})),
-                            ("lead_transfers", raw.get("lead_transfers", {})), ("exposed", raw.get("exposed", {})),
-                            ("exposed_transfers", raw.get("exposed_transfers", {})),
-                            ("first_load", raw.get("first_load", {})),
-                            ("first_load_transfers", raw.get("first_load_transfers", {})),
+        for name, table in (*((name, raw.get(name, {})) for name in WORK_TABLES),
                             *((f"unaligned {t}", q) for t, q in raw.get("unaligned", {}).items())):
             unknown = set(table) - known
             if unknown:
@@ -199,24 +195,14 @@ class Schedule:
         return cls(
             core=raw["core"], programs=int(raw["programs"]), tiles=int(raw["tiles"]),
             total_tiles=int(raw["total_tiles"]), buffers=int(raw["buffers"]),
-            per_tile={k: float(v) for k, v in raw["per_tile"].items()},
-            transfers={k: float(v) for k, v in raw.get("transfers", {}).items()},
+            **{name: {k: float(v) for k, v in raw.get(name, {}).items()} for name in WORK_TABLES},
             live={k: float(v) for k, v in raw["live"].items()},
             tails={memory: tuple(int(t) for t in sizes) for memory, sizes in raw["tails"].items()},
             gm_alignment=int(raw["gm_alignment"]),
             footprint_bytes=float(raw["footprint_bytes"]), cube_dtype=str(raw.get("cube_dtype", "float16")),
             vector_op_bytes=int(raw.get("vector_op_bytes", 4)),
-            setup={k: float(v) for k, v in raw.get("setup", {}).items()},
-            setup_transfers={k: float(v) for k, v in raw.get("setup_transfers", {}).items()},
-            lead_tiles=int(raw.get("lead_tiles", 0)), lead={k: float(v) for k, v in raw.get("lead", {}).items()},
-            lead_transfers={k: float(v) for k, v in raw.get("lead_transfers", {}).items()},
-            serial=tuple(str(stage) for stage in raw.get("serial", ())),
-            load_trips=int(raw.get("load_trips", 1)),
-            exposed={k: float(v) for k, v in raw.get("exposed", {}).items()},
-            exposed_transfers={k: float(v) for k, v in raw.get("exposed_transfers", {}).items()},
-            exposed_chunks=int(raw.get("exposed_chunks", 1)),
-            first_load={k: float(v) for k, v in raw.get("first_load", {}).items()},
-            first_load_transfers={k: float(v) for k, v in raw.get("first_load_transfers", {}).items()},
+            lead_tiles=int(raw.get("lead_tiles", 0)), serial=tuple(str(stage) for stage in raw.get("serial", ())),
+            load_trips=int(raw.get("load_trips", 1)), exposed_chunks=int(raw.get("exposed_chunks", 1)),
             unaligned={table: {k: float(v) for k, v in queues.items()}
                        for table, queues in raw.get("unaligned", {}).items()},
         )
@@ -257,10 +243,9 @@ def _gm_rate(schedule: Schedule, chip: Chip) -> float:
 
 def _shared_seconds_per_byte(schedule: Schedule, chip: Chip, active: int) -> float:
     """Seconds per GM byte for one program when `active` programs share L2 and HBM."""
-    gm_queues = GM_READ_QUEUES + GM_WRITE_QUEUES
-    traffic = schedule.total_tiles * schedule.bytes_per_tile(gm_queues)
+    traffic = schedule.total_tiles * schedule.bytes_per_tile(GM_QUEUES)
     traffic += schedule.programs * sum(schedule.setup.get(q, 0.0) + schedule.lead_tiles * schedule.lead.get(q, 0.0)
-                                       + schedule.exposed.get(q, 0.0) for q in gm_queues)
+                                       + schedule.exposed.get(q, 0.0) for q in GM_QUEUES)
     if traffic <= 0:
         return 0.0
     fits_l2 = schedule.footprint_bytes <= chip.l2_bytes
@@ -290,7 +275,7 @@ def _stage_seconds(work: Mapping[str, float], transfers: Mapping[str, float], sc
         return (moved + extra + count * chip.dma_setup_bytes) / rate
 
     macs_per_cycle = chip.cube_macs_per_cycle.get(schedule.cube_dtype, chip.cube_macs_per_cycle["float32"])
-    gm_bytes = sum(work.get(q, 0.0) for q in GM_READ_QUEUES + GM_WRITE_QUEUES)
+    gm_bytes = sum(work.get(q, 0.0) for q in GM_QUEUES)
     return {
         "mte2_l1": dma("gm_to_l1", gm_rate),
         "mte1": dma("l1_to_l0", chip.mte1_bytes_per_cycle * chip.clock_hz),

@@ -1,6 +1,6 @@
-# --- included from _conv_common.py: a conv task's geometry and epilogue operands; NCHW kernels
-# --- on an NHWC task's buffers, through strides
+# --- included from _conv_common.py: a conv task's geometry and epilogue operands
 # include: activation
+# include: layout
 
 
 def _conv_attrs(task):
@@ -14,13 +14,3 @@ def _epilogue_operands(task, inputs, placeholder):
     has_bias, has_residual = bool(task.attr("bias", False)), bool(task.attr("residual", False))
     return (has_bias, has_residual, inputs[2] if has_bias else placeholder,
             inputs[-1] if has_residual else placeholder)
-
-
-def _nchw(task, tensor):
-    """A 4-D buffer of the task (data NCHW or NHWC, weight OIHW or OHWI) as an NCHW / OIHW view."""
-    return tensor.permute(0, 3, 1, 2) if task.attr("layout") == "nhwc" else tensor
-
-
-def _nchw_shape(task, shape):
-    """The NCHW (OIHW) shape of one of the task's 4-D specs."""
-    return (shape[0], shape[3], shape[1], shape[2]) if task.attr("layout") == "nhwc" else tuple(shape)

@@ -2,8 +2,9 @@
 
 Outputs are numbered in the buffer's own order, (n, c, oh, ow) or (n, oh, ow, c), so
 neighbouring lanes read neighbouring input columns or channels; each output walks its KH x KW
-window (a loop, not unrolled, so global windows stay small code) with padding and window ends masked. Average divides by the real elements, or by the
-padded window clipped to the explicit pads when count_include_pad is set (ONNX semantics).
+window (a loop, not unrolled, so global windows stay small code) with padding and window ends
+masked. Average divides by the real elements, or by the padded window clipped to the explicit
+pads when count_include_pad is set (ONNX semantics).
 """
 import math
 
@@ -17,16 +18,12 @@ DEFAULT = {"BLOCK": 256, "num_warps": 4}
 
 OPS = ("max", "avg", "global_avg")
 # include: rowwise
-
-
-def _spatial(task, spec):
-    """(H, W) of a 4-D spec of the task, in its layout."""
-    return tuple(spec.shape[1:3] if task.attr("layout") == "nhwc" else spec.shape[2:])
+# include: layout
 
 
 def _geometry(task):
     """(kernel, strides, begin pads, end pads) for H and W; global pooling is one whole-image window."""
-    height, width = _spatial(task, task.inputs[0])
+    height, width = _nchw_shape(task, task.inputs[0].shape)[2:]
     if task.attr("op") == "global_avg":
         return (height, width), (1, 1), (0, 0), (0, 0)
     kernel = tuple(task.attr("kernel"))
@@ -97,8 +94,8 @@ def _pool_window(x_ptr, y_ptr, n_outputs, channels, height, width, out_height, o
 
 def launch(task, config, inputs, outputs):
     channels_last = task.attr("layout") == "nhwc"
-    height, width = _spatial(task, task.inputs[0])
-    out_height, out_width = _spatial(task, task.outputs[0])
+    height, width = _nchw_shape(task, task.inputs[0].shape)[2:]
+    out_height, out_width = _nchw_shape(task, task.outputs[0].shape)[2:]
     (kh, kw), (sh, sw), (pad_top, pad_left), (pad_bottom, pad_right) = _geometry(task)
     n_outputs = math.prod(task.outputs[0].shape)
     _pool_window[(triton.cdiv(n_outputs, config["BLOCK"]),)](
