@@ -2220,18 +2220,27 @@ def run_nodes(nodes: Sequence[Node], env: dict[str, np.ndarray], opset: int) -> 
             env[name] = np.asarray(outputs[index])
 
 
-def check_feeds(graph: Graph, feeds: Mapping[str, np.ndarray]) -> None:
-    """Every graph input present with its bound shape and dtype: else a ModelError naming it."""
+def check_feeds(graph: Graph, feeds: Mapping[str, Any],
+                spec_of: Callable[[Any], tuple[tuple[int, ...], str]] | None = None) -> None:
+    """Every graph input present with its bound shape and dtype: else a ModelError naming it.
+    spec_of: a feed's (shape, dtype name), for feeds that are not arrays (device buffers)."""
     for name in graph.inputs:
         if name not in feeds:
             raise ModelError(f"missing input '{name}' (expects {graph.values[name]})")
-        spec, value = graph.values[name], np.asarray(feeds[name])
-        if tuple(value.shape) != spec.shape or value.dtype.name != spec.dtype:
-            got = f"{'x'.join(map(str, value.shape)) or 'scalar'}:{value.dtype.name}"
+        spec = graph.values[name]
+        shape, dtype = spec_of(feeds[name]) if spec_of else array_spec(feeds[name])
+        if tuple(shape) != spec.shape or dtype != spec.dtype:
+            got = f"{'x'.join(map(str, shape)) or 'scalar'}:{dtype}"
             raise ModelError(f"input '{name}' is {got}, the model is bound to {spec}")
     unknown = sorted(set(feeds) - set(graph.inputs))
     if unknown:
         raise ModelError(f"unknown input(s) {', '.join(unknown)}; inputs: {', '.join(graph.inputs)}")
+
+
+def array_spec(value: Any) -> tuple[tuple[int, ...], str]:
+    """An array-like's shape and dtype name."""
+    array = np.asarray(value)
+    return tuple(array.shape), array.dtype.name
 
 
 def run_graph(graph: Graph, feeds: Mapping[str, np.ndarray],

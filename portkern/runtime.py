@@ -10,7 +10,8 @@ A run is a list of steps in graph order: kernels, baseline ops, stretches of the
 backend's own runtime (`Backend.stretch_runner`), and the reference executor for what is left. On a
 backend whose memory is the host (TVM) the values between steps are host arrays. On any other (Triton)
 they stay on the device: feeds go there once, every step reads and writes device buffers, and only
-the graph outputs come back. A node the device cannot run goes to the executor on the host and back,
+the graph outputs come back (feeds that are device buffers already, with `outputs_on_device`, never
+cross to the host at all). A node the device cannot run goes to the executor on the host and back,
 listed in `Session.host_fallbacks`. On a real GPU (shapes are always static: the import binds them)
 the whole device part of a run is captured once into a CUDA graph after a warm-up run and replayed;
 if capture fails the run stays step by step, said in the log and in `Session.cuda_graph_error`.
@@ -29,9 +30,9 @@ import numpy as np
 from .backends import get_backend
 from .backends.base import Backend, ExecutorStretch, Program, StretchPiece, aligned_empty
 from .errors import PackError
-from .executor import check_feeds, run_graph
+from .executor import array_spec, check_feeds, run_graph
 from .hwprofile import load_target
-from .ir import Graph, Node
+from .ir import Graph, Node, TensorSpec
 from .onnx_import import load_model
 from .pack import Pack, PackEntry, fingerprint_mismatch, load_pack
 from .partition import backend_tasks, partition
@@ -260,18 +261,36 @@ class Session:
         return Step(task.label, run_on_device)
 
     # --- running -------------------------------------------------------------------------------
-    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, feeds: Mapping[str, Any], outputs_on_device: bool = False) -> dict[str, Any]:
+        """The graph outputs for these feeds: host arrays, or each feed already one of the
+        backend's device buffers (a torch tensor for Triton), which then never crosses to the
+        host. outputs_on_device: the outputs as device buffers of their own (copies on the
+        device, so the next run does not overwrite them), none copied back to the host."""
         if self.backend is None:
             return run_graph(self.graph, dict(feeds))
-        check_feeds(self.graph, feeds)
-        if self.backend.host_memory:
+        backend = self.backend
+        check_feeds(self.graph, feeds, self._feed_spec)
+        if backend.host_memory:
             values: Values = {name: np.asarray(value) for name, value in feeds.items()}
             self._run_steps(values)
             return {name: values[name] if name in values else self.graph.constants[name]
                     for name in self.graph.outputs}
         outputs = self._run_on_device(feeds)
-        return {name: self.backend.to_host(outputs[name]) if name in outputs else self.graph.constants[name]
+        if outputs_on_device:
+            return {name: self._device_copy(outputs[name]) if name in outputs
+                    else backend.to_device(self.graph.constants[name]) for name in self.graph.outputs}
+        return {name: backend.to_host(outputs[name]) if name in outputs else self.graph.constants[name]
                 for name in self.graph.outputs}
+
+    def _feed_spec(self, value: Any) -> tuple[tuple[int, ...], str]:
+        spec = self.backend.buffer_spec(value) if self.backend is not None else None
+        return (spec.shape, spec.dtype) if spec is not None else array_spec(value)
+
+    def _device_copy(self, buffer: Any) -> Any:
+        assert self.backend is not None
+        copy = self.backend.empty(self.backend.buffer_spec(buffer) or TensorSpec(*array_spec(buffer)), 0.0)
+        self.backend.copy_into(copy, buffer)
+        return copy
 
     def _run_steps(self, values: Values) -> Values:
         """Every step in order; the graph outputs among the values."""
@@ -288,7 +307,8 @@ class Session:
         if self._device_inputs is None:
             self._device_inputs = {name: backend.empty(self.graph.values[name], 0.0) for name in self.graph.inputs}
         for name, buffer in self._device_inputs.items():
-            backend.copy_into(buffer, np.asarray(feeds[name]))
+            feed = feeds[name]
+            backend.copy_into(buffer, feed if backend.buffer_spec(feed) is not None else np.asarray(feed))
         inputs = self._device_inputs
 
         def run() -> Values:
@@ -318,18 +338,20 @@ class Session:
     def replays_cuda_graph(self) -> bool:
         return self._cuda_graph is not None and self._cuda_graph.captured
 
-    def latency(self, feeds: Mapping[str, np.ndarray], repeats: int = 10, warmup: int = 2) -> list[float]:
-        """Seconds per whole-model run, feeds from the host and outputs back on it: the host clock
-        with the device synchronized before and after, so no queued work is missed (on a GPU the
-        warm-up runs also capture the CUDA graph that the timed runs replay)."""
+    def latency(self, feeds: Mapping[str, Any], repeats: int = 10, warmup: int = 2,
+                outputs_on_device: bool = False) -> list[float]:
+        """Seconds per whole-model run, feeds and outputs where `run` is given them (host arrays,
+        or device buffers): the host clock with the device synchronized before and after, so no
+        queued work is missed (on a GPU the warm-up runs also capture the CUDA graph that the
+        timed runs replay)."""
         synchronize = self.backend.synchronize if self.backend is not None else _nothing
         for _ in range(warmup):
-            self.run(feeds)
+            self.run(feeds, outputs_on_device)
         times = []
         for _ in range(repeats):
             synchronize()
             start = time.perf_counter()
-            self.run(feeds)
+            self.run(feeds, outputs_on_device)
             synchronize()
             times.append(time.perf_counter() - start)
         return times

@@ -130,18 +130,23 @@ E2E_NOISE = 0.03  # whole-model latency differences below this are noise
 E2E_DELIVERED = 0.8
 
 
-MIN_TIME_SHARE = 0.05  # of the time left: a task of small headroom still gets its seeded trials
+RESERVED_TRIALS = 2  # trials' worth of the time left held for each task not yet tuned
+FIRST_TRIAL_GUESS_S = 3.0  # seconds a trial takes (builds, gate, timing) before any was measured
 
 
-def time_slice(deadline: float | None, headroom: float, untuned_headroom: float) -> float | None:
-    """A task's deadline: its share of the headroom not yet tuned, of the time left (at least
-    MIN_TIME_SHARE), so one slow-to-tune task cannot spend the whole --time-budget; time a task
-    leaves unused goes to the tasks after it."""
+def time_slice(deadline: float | None, headroom: float, untuned_headroom: float, tasks_left: int = 1,
+               seconds_per_trial: float = FIRST_TRIAL_GUESS_S) -> float | None:
+    """A task's deadline. Each of the `tasks_left` tasks not yet tuned (this one included) is held
+    RESERVED_TRIALS trials' worth of the time left: with priors a task's first trials find most of
+    its gain, so the tasks tuned first must not leave the rest untouched. The remainder goes by
+    share of the headroom not yet tuned; time a task leaves unused goes to the tasks after it."""
     if deadline is None:
         return None
     now = time.time()
+    left = max(0.0, deadline - now)
+    reserve = min(left / max(1, tasks_left), RESERVED_TRIALS * seconds_per_trial)
     share = headroom / untuned_headroom if untuned_headroom > 0 else 1.0
-    return now + max(0.0, deadline - now) * min(1.0, max(MIN_TIME_SHARE, share))
+    return now + min(left, reserve + (left - reserve * max(1, tasks_left)) * min(1.0, share))
 
 
 def allocate_trials(profiles: Sequence[TaskProfile], total: int, cap: int, minimum: int) -> dict[str, int]:
@@ -288,8 +293,9 @@ def run_tune(model_path: Path, options: TuneOptions, out: Path | None,
                 outcomes.append(TaskOutcome(profile, None, f"not admitted: {reason}"))
                 continue
             catalog.add(task)
-            untuned_headroom = sum(p.headroom_seconds for p in tunable[tunable.index(profile):])
-            task_deadline = time_slice(deadline, profile.headroom_seconds, untuned_headroom)
+            untuned = tunable[tunable.index(profile):]
+            task_deadline = time_slice(deadline, profile.headroom_seconds, sum(p.headroom_seconds for p in untuned),
+                                       len(untuned), _seconds_per_trial(outcomes))
             say(f"[{index + 1}/{len(profiles)}] {task.label} x{profile.count}: baseline "
                 f"{_ms(profile.seconds)} ({profile.baseline_source}), floor {_ms(profile.floor_seconds)}, "
                 f"{budget[task.key]} trials")
@@ -314,6 +320,13 @@ def run_tune(model_path: Path, options: TuneOptions, out: Path | None,
         say(f"wrote {pack_path} ({len(pack.entries)} kernels)")
     shutil.rmtree(work_dir / "scratch", ignore_errors=True)
     return report
+
+
+def _seconds_per_trial(outcomes: Sequence[TaskOutcome]) -> float:
+    """What a trial has cost so far, the tasks' own overhead (admission, recheck) included."""
+    tuned = [o for o in outcomes if o.result and o.result.measured and o.wall_seconds]
+    trials = sum(o.result.measured for o in tuned if o.result)
+    return sum(o.wall_seconds or 0.0 for o in tuned) / trials if trials else FIRST_TRIAL_GUESS_S
 
 
 def _ms(seconds: float | None) -> str:

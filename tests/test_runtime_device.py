@@ -18,6 +18,7 @@ from portkern.layout import LAYOUT_DOMAIN, ONNX_OF
 from portkern.backends.base import Artifact, Candidate
 from portkern.backends.triton import TritonBackend
 from portkern.backends.triton.glue import stretch_piece, unsupported_reason
+from portkern.errors import ModelError
 from portkern.executor import run_nodes
 from portkern.hwprofile import load_target
 from portkern.ir import Node
@@ -338,6 +339,33 @@ def test_warm_up_then_capture_once_then_replay(session_on_gpu_stand_in: Session,
     _check_runs(session, tmp_path / "relu.onnx", range(1, 4))
     assert (graph.captures, graph.replays, session.replays_cuda_graph) == (1, 3, True)
     assert session.cuda_graph_error is None
+
+
+def test_device_feeds_and_outputs_never_cross_to_the_host(session_on_gpu_stand_in: Session, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Feeds that are device buffers (torch tensors) are copied on the device into the static
+    input buffers a CUDA graph replays; outputs_on_device hands back copies of the static
+    outputs, which the next run does not overwrite, and nothing goes through to_host."""
+    import torch
+
+    session = session_on_gpu_stand_in
+    reference = ort.InferenceSession(str(tmp_path / "relu.onnx"), providers=["CPUExecutionProvider"])
+    arrays = [np.random.default_rng(seed).standard_normal((4, 6)).astype(np.float32) for seed in range(4)]
+    session.run({"x": arrays[0]})  # warm-up from a host array, as before
+    monkeypatch.setattr(session.backend, "to_host", _no_host_copy)
+    outputs = [session.run({"x": torch.from_numpy(array.copy())}, outputs_on_device=True)["y"] for array in arrays]
+    assert session.replays_cuda_graph
+    for array, out in zip(arrays, outputs):
+        assert isinstance(out, torch.Tensor)
+        np.testing.assert_allclose(out.numpy(), reference.run(None, {"x": array})[0], rtol=1e-6, atol=1e-6)
+    with pytest.raises(ModelError, match="float16"):
+        session.run({"x": torch.zeros((4, 6), dtype=torch.float16)})
+    with pytest.raises(ModelError, match="4x7"):
+        session.run({"x": torch.zeros((4, 7))})
+
+
+def _no_host_copy(buffer: Any) -> np.ndarray:
+    raise AssertionError("a device run copied a value to the host")
 
 
 def test_failed_capture_is_logged_and_runs_step_by_step(session_on_gpu_stand_in: Session, tmp_path: Path,

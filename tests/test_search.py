@@ -23,7 +23,7 @@ from portkern.search.records import Measurement
 from portkern.search.strategy import ArtifactStore, SearchOptions, VariantAllocator, search_workload, space_size
 from portkern.search.worker import InProcessRunner, TrialJob
 from portkern.synthetic import softmax_task
-from portkern.tuner import MIN_TIME_SHARE, allocate_trials, time_slice
+from portkern.tuner import RESERVED_TRIALS, allocate_trials, time_slice
 from portkern.verify import GateOptions
 
 FAST = MeasureOptions(warmup=1, repeats=3, input_sets=2)
@@ -70,14 +70,20 @@ def test_trials_follow_headroom() -> None:
     assert budget == {"a": 60, "b": 10, "c": 4}
 
 
-def test_time_follows_headroom() -> None:
+def test_time_follows_headroom_after_a_reserve_for_every_task_left() -> None:
     now = time.time()
     deadline = now + 100.0
-    # the largest of 10 s of untuned headroom gets 90% of the time left; the last task all of it
-    assert time_slice(deadline, 9.0, 10.0) == pytest.approx(now + 90.0, abs=1.0)
-    assert time_slice(deadline, 1.0, 1.0) == pytest.approx(now + 100.0, abs=1.0)
-    # a task of tiny headroom still gets its minimum share; no budget, no deadline
-    assert time_slice(deadline, 0.0, 10.0) == pytest.approx(now + 100.0 * MIN_TIME_SHARE, abs=1.0)
+    # one task left gets all of the time, whatever its share
+    assert time_slice(deadline, 1.0, 1.0, tasks_left=1) == pytest.approx(now + 100.0, abs=1.0)
+    assert time_slice(deadline, 0.0, 0.0, tasks_left=1) == pytest.approx(now + 100.0, abs=1.0)
+    # 10 tasks left at 2 s a trial: each is held RESERVED_TRIALS x 2 s; the rest goes by headroom
+    reserve = RESERVED_TRIALS * 2.0
+    assert time_slice(deadline, 9.0, 10.0, 10, 2.0) == pytest.approx(now + reserve + (100 - 10 * reserve) * 0.9,
+                                                                    abs=1.0)
+    # a task of no headroom still gets its reserve
+    assert time_slice(deadline, 0.0, 10.0, 10, 2.0) == pytest.approx(now + reserve, abs=1.0)
+    # more tasks than the time holds: an equal share each
+    assert time_slice(deadline, 9.0, 10.0, 100, 2.0) == pytest.approx(now + 1.0, abs=0.5)
     assert time_slice(None, 1.0, 2.0) is None
 
 

@@ -10,9 +10,12 @@ onnxruntime (CPU) within fp16 tolerance.
         --time-budget 240 --out $OUT/gpu-models-resnet50.json
     python benchmarks/models/gpu_models.py --smoke      # tiny fp32 stand-ins on the CPU: checks the script
 
-Every runner is timed the same way: feeds from host memory, outputs back in host memory, the device
-synchronized before and after each run, host clock (the latency a caller of Session.run sees);
-rounds of runs alternate between runners so a change in the machine's state hits all of them.
+Every runner is timed the same way, in two io modes: feeds from host memory and outputs back in host
+memory (the latency a caller of Session.run with numpy arrays sees; the input's pageable copy is
+part of it), and feeds already on the device with the outputs left there (torch tensors; what a
+serving stack that keeps its tensors on the GPU sees). The device is synchronized before and after
+each run, host clock; rounds of runs alternate between runners so a change in the machine's state
+hits all of them.
 Besides the module that was exported (eager attention), BERT's row also times torch eager with
 transformers' SDPA attention, the faster path a torch user would get by default.
 --smoke: a 1-layer BERT and a one-block ResNet-style CNN (torchvision is not needed) at batch 2, fp32,
@@ -148,16 +151,39 @@ def timed_runs(run: Run, repeats: int) -> list[float]:
     return times
 
 
+IO_MODES = ("host", "device")  # where a run's feeds come from and its outputs go
+
+
 def torch_run(module: Callable[..., Any], feeds: dict[str, np.ndarray], names: Sequence[str],
-              device: torch.device) -> Run:
-    """Host feeds to the device, the module, every output back to host memory."""
+              device: torch.device, io: str = "host") -> Run:
+    """io "host": host feeds to the device, the module, every output back to host memory.
+    io "device": the feeds already on the device, the outputs left there."""
     host = [torch.from_numpy(feeds[name]) for name in names]
+    resident = [x.to(device) for x in host]
 
     def run() -> list[torch.Tensor]:
         with torch.inference_mode():
-            out = module(*[x.to(device) for x in host])
-        return [o.cpu() for o in (out if isinstance(out, (tuple, list)) else (out,))]
+            out = module(*(resident if io == "device" else [x.to(device) for x in host]))
+        outs = list(out if isinstance(out, (tuple, list)) else (out,))
+        return outs if io == "device" else [o.cpu() for o in outs]
     return run
+
+
+def session_run(session: portkern.Session, feeds: dict[str, np.ndarray], device: torch.device,
+                io: str = "host") -> Run:
+    """The same two io modes for portkern.Session: device feeds are torch tensors on the device."""
+    if io == "host":
+        return lambda: session.run(feeds)
+    resident = {name: torch.from_numpy(value).to(device) for name, value in feeds.items()}
+    return lambda: session.run(resident, outputs_on_device=True)
+
+
+def io_name(runner: str, io: str) -> str:
+    return runner if io == "host" else f"{runner}@{io}"
+
+
+def speedups(seconds: dict[str, float]) -> dict[str, float]:
+    return {name: t / seconds["portkern"] for name, t in seconds.items() if name != "portkern"}
 
 
 def first_call_seconds(run: Run) -> float:
@@ -222,9 +248,13 @@ def bench_model(model: ModelUnderTest, args: argparse.Namespace, device: torch.d
     session = portkern.Session(model.onnx_path, pack_path)
     graph = session.graph
     feeds = random_feeds(graph, seed=3)
-    runners: dict[str, Run] = {"portkern": lambda: session.run(feeds)}
-    runners["torch_eager"] = torch_run(model.module, feeds, graph.inputs, device)
-    runners.update({name: torch_run(module, feeds, graph.inputs, device) for name, module in model.extra_eager.items()})
+    # every runner in both io modes; a runner's name ends in @device for feeds already on the device
+    modules: dict[str, Callable[..., Any]] = {"torch_eager": model.module, **model.extra_eager}
+    runners: dict[str, Run] = {}
+    for io in IO_MODES:
+        runners[io_name("portkern", io)] = session_run(session, feeds, device, io)
+        runners.update({io_name(name, io): torch_run(module, feeds, graph.inputs, device, io)
+                        for name, module in modules.items()})
     for name, run in runners.items():
         warm_up(name, run)
     # the same comparison before any torch.compile shares the process: kept if a later runner fails
@@ -238,14 +268,16 @@ def bench_model(model: ModelUnderTest, args: argparse.Namespace, device: torch.d
     for mode in args.compile_modes:
         name = "torch_compile" if mode == "default" else f"torch_compile_{mode.replace('-', '_')}"
         torch._dynamo.reset()
-        run = torch_run(torch.compile(model.module, mode=mode), feeds, graph.inputs, device)
+        compiled = torch.compile(model.module, mode=mode)
+        run = torch_run(compiled, feeds, graph.inputs, device)
         try:
             compile_seconds[name] = first_call_seconds(run)
         except Exception as exc:  # a compiler failure is a result, not a crash
             errors[name] = f"{type(exc).__name__}: {exc}"[:500]
             continue
-        runners[name] = run
-        warm_up(name, run)
+        for io in IO_MODES:
+            runners[io_name(name, io)] = torch_run(compiled, feeds, graph.inputs, device, io)
+            warm_up(io_name(name, io), runners[io_name(name, io)])
     times: dict[str, list[float]] = {name: [] for name in runners}
     for _ in range(args.rounds):
         for name, run in runners.items():
@@ -253,20 +285,26 @@ def bench_model(model: ModelUnderTest, args: argparse.Namespace, device: torch.d
                 times[name] += timed_runs(run, args.repeats)
             except Exception as exc:
                 raise RuntimeError(f"{name} failed while timed: {type(exc).__name__}: {exc}") from exc
-    seconds = {name: statistics.median(values) for name, values in times.items()}
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    seconds, seconds_device = ({name.removesuffix("@device"): t for name, t in medians.items()
+                                if name.endswith("@device") == (io == "device")} for io in IO_MODES)
     kernels = device_kernel_table(runners["portkern"]) if torch.cuda.is_available() else []
 
     reference = ort.InferenceSession(str(model.onnx_path), providers=["CPUExecutionProvider"])
     want = dict(zip(graph.outputs, reference.run(graph.outputs, feeds)))
     tolerance = 1e-2 if dtype in ("float16", "bfloat16") else 1e-4
     got = session.run(feeds)
+    got_on_device = runners[io_name("portkern", "device")]()
     eager = runners["torch_eager"]()
     portkern_errors = {name: rel_l2(got[name], want[name]) for name in graph.outputs}
+    portkern_errors.update({f"{name}@device": rel_l2(got_on_device[name].float().cpu().numpy(), want[name])
+                            for name in graph.outputs})
     row = {
         "model": model.name, "description": model.description,
         "shapes": {k: list(v) for k, v in model.shapes.items()},
-        "seconds": seconds, "times": times, "seconds_before_torch_compile": before_compile,
-        "speedup_of_portkern": {name: t / seconds["portkern"] for name, t in seconds.items() if name != "portkern"},
+        "seconds": seconds, "seconds_device_io": seconds_device, "times": times,
+        "seconds_before_torch_compile": before_compile,
+        "speedup_of_portkern": speedups(seconds), "speedup_of_portkern_device_io": speedups(seconds_device),
         "compile_wall_seconds": compile_seconds, "errors": errors,
         "portkern": {
             "tune_wall_seconds": report.wall_seconds, "time_budget_seconds": args.time_budget,
@@ -284,8 +322,10 @@ def bench_model(model: ModelUnderTest, args: argparse.Namespace, device: torch.d
                                          for name, value in zip(graph.outputs, eager)},
                   "passed": all(error <= tolerance for error in portkern_errors.values())},
     }
-    ratios = "  ".join(f"{name} {t * 1e3:.3f} ms ({row['speedup_of_portkern'].get(name, 1.0):.2f}x)"
-                       for name, t in seconds.items())
+    ratios = " | ".join(f"{io} io: " + "  ".join(f"{name} {t * 1e3:.3f} ms ({ratio.get(name, 1.0):.2f}x)"
+                                                 for name, t in times_of.items())
+                        for io, times_of, ratio in (("host", seconds, row["speedup_of_portkern"]),
+                                                    ("device", seconds_device, row["speedup_of_portkern_device_io"])))
     print(f"{model.name}: {ratios} | tuned {report.wall_seconds:.0f} s, {len(session.kernels)}/{len(session.tasks)} "
           f"tasks on pack kernels, cuda graph {session.replays_cuda_graph} | rel L2 vs onnxruntime "
           f"{max(portkern_errors.values()):.2e} (tolerance {tolerance:g})", flush=True)
@@ -343,8 +383,9 @@ def main() -> int:
                      "onnx": onnx.__version__, "onnxruntime": ort.__version__, "torchvision": vision,
                      "portkern": portkern.__version__},
         "method": f"median of {args.rounds} rounds x {args.repeats} runs per runner after 3 warm-up runs, runners "
-                  "alternating per round; each run: feeds from host memory, outputs to host memory, device "
-                  "synchronized before and after, host clock",
+                  "alternating per round; each run: device synchronized before and after, host clock. "
+                  "'seconds': feeds from host memory, outputs to host memory (pageable copies); "
+                  "'seconds_device_io': feeds already on the device, outputs left there (runner@device)",
         "rows": [],
     }
     with tempfile.TemporaryDirectory(prefix="pk-gpu-models-") as scratch:

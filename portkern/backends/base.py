@@ -222,8 +222,14 @@ class Backend(ABC):
         return self.to_device(array)
 
     def copy_into(self, buffer: Any, array: np.ndarray) -> None:
-        """Write new values into an existing buffer (same address): defeats pointer caches."""
+        """Write new values into an existing buffer (same address): defeats pointer caches.
+        `array` may also be a buffer that `buffer_spec` recognizes (a copy on the device)."""
         np.copyto(buffer, array)
+
+    def buffer_spec(self, value: Any) -> TensorSpec | None:
+        """The shape and dtype of a value that is one of this backend's buffers (a feed already
+        on the device, which a run takes without a host round trip); None for anything else."""
+        return None
 
     def synchronize(self) -> None:
         """Wait for all work on the device (all streams)."""

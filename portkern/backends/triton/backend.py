@@ -257,11 +257,17 @@ class TritonBackend(Backend):
     def empty(self, spec: TensorSpec, fill: float) -> torch.Tensor:
         return torch.full(spec.shape, fill, dtype=torch_dtype(spec.dtype), device=self.device)
 
-    def copy_into(self, buffer: torch.Tensor, array: np.ndarray) -> None:
-        """One pageable copy straight from the array (no host copy first: copy_ from pageable
+    def copy_into(self, buffer: torch.Tensor, array: np.ndarray | torch.Tensor) -> None:
+        """From a tensor (a feed already on the device): one copy on the device. From a host
+        array: one pageable copy straight from it (no host copy first: copy_ from pageable
         memory returns when the data is read). Staging through page-locked memory measured
         slower on the H200 host (1.24 vs 0.85 ms for ResNet-50's input; host_copy_probe.py)."""
-        buffer.copy_(_host_tensor(array, copy=False))
+        buffer.copy_(array if isinstance(array, torch.Tensor) else _host_tensor(array, copy=False))
+
+    def buffer_spec(self, value: Any) -> TensorSpec | None:
+        if not isinstance(value, torch.Tensor):
+            return None
+        return TensorSpec(tuple(value.shape), str(value.dtype).removeprefix("torch."))
 
     def synchronize(self) -> None:
         if self.on_gpu:
