@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .backends import get_backend
-from .backends.base import Backend, ExecutorStretch, Program, StretchPiece, aligned_empty
+from .backends.base import Backend, ExecutorStretch, ProducingProgram, Program, StretchPiece, aligned_empty
 from .errors import PackError
 from .executor import array_spec, check_feeds, run_graph
 from .hwprofile import load_target
@@ -237,7 +237,9 @@ class Session:
     def _kernel_step(self, bound: BoundKernel) -> Step:
         """A kernel or baseline op. Its weights move to the device once. On host memory it views
         the graph's arrays and writes fresh aligned ones; on a device it writes its own output
-        buffers, allocated once: static addresses a CUDA graph replays."""
+        buffers, allocated once: static addresses a CUDA graph replays. A framework op that makes
+        its own result (ProducingProgram) hands that on uncopied: a CUDA graph's memory pool
+        keeps what it allocated during capture at the same addresses in every replay."""
         assert self.backend is not None
         backend, task, program = self.backend, bound.task, bound.program
         weights = {}
@@ -253,6 +255,12 @@ class Session:
                 program(inputs, [backend.view(array) for array in arrays])
                 values.update(zip(task.output_names, arrays))
             return Step(task.label, run_on_host)
+        if isinstance(program, ProducingProgram):  # a framework op: its own result, no copy
+            def run_produced(values: Values) -> None:
+                produced = program.produce([weights[name] if name in weights else values[name]
+                                            for name in task.input_names])
+                values.update(zip(task.output_names, produced))
+            return Step(task.label, run_produced)
         outputs = [backend.empty(spec, 0.0) for spec in task.outputs]
 
         def run_on_device(values: Values) -> None:

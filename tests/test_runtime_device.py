@@ -15,13 +15,14 @@ from onnx import TensorProto, helper, numpy_helper
 
 from portkern.backends import get_backend
 from portkern.layout import LAYOUT_DOMAIN, ONNX_OF
-from portkern.backends.base import Artifact, Candidate
+from portkern.backends.base import Artifact, Candidate, ProducingProgram
 from portkern.backends.triton import TritonBackend
 from portkern.backends.triton.glue import stretch_piece, unsupported_reason
 from portkern.errors import ModelError
 from portkern.executor import run_nodes
 from portkern.hwprofile import load_target
 from portkern.ir import Node
+from portkern.measure import MeasureOptions, time_program
 from portkern.models import export_bert, random_feeds
 from portkern.onnx_import import load_model
 from portkern.pack import Pack, PackEntry
@@ -362,6 +363,23 @@ def test_device_feeds_and_outputs_never_cross_to_the_host(session_on_gpu_stand_i
         session.run({"x": torch.zeros((4, 6), dtype=torch.float16)})
     with pytest.raises(ModelError, match="4x7"):
         session.run({"x": torch.zeros((4, 7))})
+
+
+def test_baselines_hand_on_their_own_results_uncopied(backend: TritonBackend, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run takes a baseline's tensor as torch made it (produce): the copy into a preallocated
+    output (the program's __call__, which the gate uses) never runs; the harness times it the
+    same way."""
+    path = _model_with(tmp_path / "relu.onnx", helper.make_node("Relu", ["mm"], ["mid"], name="relu"))
+    session = Session(path, _empty_pack(backend))
+    assert session.baselines and all(isinstance(b.program, ProducingProgram) for b in session.baselines)
+
+    def copy_into_outputs(self: Any, inputs: Any, outputs: Any) -> None:
+        raise AssertionError("a run copied a baseline's result into a preallocated output")
+    monkeypatch.setattr(type(session.baselines[0].program), "__call__", copy_into_outputs)
+    _check_runs(session, path, range(2))
+    bound = session.baselines[0]
+    assert time_program(backend, bound.program, bound.task, MeasureOptions(warmup=1, repeats=2)).median > 0
 
 
 def _no_host_copy(buffer: Any) -> np.ndarray:

@@ -12,7 +12,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Mapping, Protocol, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -81,6 +81,16 @@ class Program(Protocol):
     """A loaded kernel: reads `inputs`, writes every element of `outputs` (device buffers)."""
 
     def __call__(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> None: ...
+
+
+@runtime_checkable
+class ProducingProgram(Program, Protocol):
+    """A program that can also hand back output buffers of its own making (a framework op that
+    allocates its result): a run and the harness take them as they are, with no copy into
+    preallocated outputs (under a CUDA graph, the graph's memory pool keeps their addresses).
+    The gate still calls it with outputs to write, poisoned."""
+
+    def produce(self, inputs: Sequence[Any]) -> list[Any]: ...
 
 
 @dataclass

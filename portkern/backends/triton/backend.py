@@ -88,12 +88,22 @@ class _TritonProgram:
 
 @dataclass
 class _TorchProgram:
-    """A baseline: one torch eager expression written into the preallocated output."""
+    """A baseline: one torch eager expression. The gate has it write a preallocated output; a
+    run takes the tensor torch made (`produce`), saving a copy per call (ResNet-50's 42 baseline
+    convs copied 0.19 ms a run on the H200)."""
 
     compute: Callable[[Sequence[torch.Tensor]], torch.Tensor]
+    output: TensorSpec
 
     def __call__(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
         outputs[0].copy_(self.compute(inputs))
+
+    def produce(self, inputs: Sequence[Any]) -> list[torch.Tensor]:
+        result = self.compute(inputs)
+        dtype = torch_dtype(self.output.dtype)
+        if tuple(result.shape) != self.output.shape or result.dtype != dtype:  # broadcast or cast, as copy_ does
+            return [torch.empty(self.output.shape, dtype=dtype, device=result.device).copy_(result)]
+        return [result.contiguous()]  # the kernels after it read dense buffers
 
 
 class TritonBackend(Backend):
@@ -213,7 +223,7 @@ class TritonBackend(Backend):
 
     def baseline(self, task: Task) -> Program | None:
         compute = baselines.for_task(task)
-        return None if compute is None else _TorchProgram(compute)
+        return None if compute is None else _TorchProgram(compute, task.outputs[0])
 
     stretches_span_tasks = False  # untuned tasks run on their torch baseline; glue.py runs what lies between
 
