@@ -130,23 +130,27 @@ E2E_NOISE = 0.03  # whole-model latency differences below this are noise
 E2E_DELIVERED = 0.8
 
 
-RESERVED_TRIALS = 2  # trials' worth of the time left held for each task not yet tuned
+RESERVED_TRIALS = 2  # trials' worth of the time left held for each task not yet tuned ...
+RESERVED_SHARE = 0.5  # ... in all at most this share of it: the rest always goes by headroom
 FIRST_TRIAL_GUESS_S = 3.0  # seconds a trial takes (builds, gate, timing) before any was measured
 
 
 def time_slice(deadline: float | None, headroom: float, untuned_headroom: float, tasks_left: int = 1,
                seconds_per_trial: float = FIRST_TRIAL_GUESS_S) -> float | None:
     """A task's deadline. Each of the `tasks_left` tasks not yet tuned (this one included) is held
-    RESERVED_TRIALS trials' worth of the time left: with priors a task's first trials find most of
-    its gain, so the tasks tuned first must not leave the rest untouched. The remainder goes by
-    share of the headroom not yet tuned; time a task leaves unused goes to the tasks after it."""
+    RESERVED_TRIALS trials' worth of the time left, at most RESERVED_SHARE of it in all: with
+    priors a task's first trials find most of its gain, so the tasks tuned first must not leave
+    the rest untouched, yet a model of many small tasks must not starve its large ones either.
+    The remainder goes by share of the headroom not yet tuned; time a task leaves unused goes to
+    the tasks after it."""
     if deadline is None:
         return None
     now = time.time()
     left = max(0.0, deadline - now)
-    reserve = min(left / max(1, tasks_left), RESERVED_TRIALS * seconds_per_trial)
+    tasks_left = max(1, tasks_left)
+    reserve = min(RESERVED_SHARE * left / tasks_left, RESERVED_TRIALS * seconds_per_trial)
     share = headroom / untuned_headroom if untuned_headroom > 0 else 1.0
-    return now + min(left, reserve + (left - reserve * max(1, tasks_left)) * min(1.0, share))
+    return now + min(left, reserve + (left - reserve * tasks_left) * min(1.0, share))
 
 
 def allocate_trials(profiles: Sequence[TaskProfile], total: int, cap: int, minimum: int) -> dict[str, int]:
@@ -323,10 +327,10 @@ def run_tune(model_path: Path, options: TuneOptions, out: Path | None,
 
 
 def _seconds_per_trial(outcomes: Sequence[TaskOutcome]) -> float:
-    """What a trial has cost so far, the tasks' own overhead (admission, recheck) included."""
-    tuned = [o for o in outcomes if o.result and o.result.measured and o.wall_seconds]
-    trials = sum(o.result.measured for o in tuned if o.result)
-    return sum(o.wall_seconds or 0.0 for o in tuned) / trials if trials else FIRST_TRIAL_GUESS_S
+    """The median trial's wall time so far: a task's first trial pays for its references and
+    input sets (the first task's, for the workers' start too), the trials after it do not."""
+    walls = [r.wall_seconds for o in outcomes if o.result for r in o.result.records if r.wall_seconds]
+    return float(np.median(walls)) if walls else FIRST_TRIAL_GUESS_S
 
 
 def _ms(seconds: float | None) -> str:

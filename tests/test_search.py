@@ -23,7 +23,7 @@ from portkern.search.records import Measurement
 from portkern.search.strategy import ArtifactStore, SearchOptions, VariantAllocator, search_workload, space_size
 from portkern.search.worker import InProcessRunner, TrialJob
 from portkern.synthetic import softmax_task
-from portkern.tuner import RESERVED_TRIALS, allocate_trials, time_slice
+from portkern.tuner import RESERVED_SHARE, RESERVED_TRIALS, allocate_trials, time_slice
 from portkern.verify import GateOptions
 
 FAST = MeasureOptions(warmup=1, repeats=3, input_sets=2)
@@ -82,8 +82,10 @@ def test_time_follows_headroom_after_a_reserve_for_every_task_left() -> None:
                                                                     abs=1.0)
     # a task of no headroom still gets its reserve
     assert time_slice(deadline, 0.0, 10.0, 10, 2.0) == pytest.approx(now + reserve, abs=1.0)
-    # more tasks than the time holds: an equal share each
-    assert time_slice(deadline, 9.0, 10.0, 100, 2.0) == pytest.approx(now + 1.0, abs=0.5)
+    # more tasks than the reserve holds: RESERVED_SHARE of the time in equal parts, the rest by headroom
+    equal = RESERVED_SHARE * 100.0 / 100
+    assert time_slice(deadline, 9.0, 10.0, 100, 2.0) == pytest.approx(now + equal + 50.0 * 0.9, abs=0.5)
+    assert time_slice(deadline, 0.0, 10.0, 100, 2.0) == pytest.approx(now + equal, abs=0.2)
     assert time_slice(None, 1.0, 2.0) is None
 
 
