@@ -10,7 +10,7 @@ or space no longer admits it.
 Files: portkern/hwprofiles/priors/<target>.jsonl, one measured configuration per line:
     {"task": Task.describe(), "variant": name, "config": {...}, "seconds": float, "evidence": path}
 made from measured tables (benchmarks/search/gpu_table.py's GEMM tables, benchmarks/ops/grid_matrix.py's
-grids of any kind) by
+grids of any kind) and tuned packs (`--pack`: every kernel a tune kept, at its measured median) by
 
     python -m portkern.priors --table benchmarks/results/h200-gemm-table-2026-12-03.json \
         --table benchmarks/results/h200-grid-conv-nhwc-2026-12-03.json --top 3 \
@@ -31,6 +31,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .errors import PortkernError, TargetError
 from .hwprofile import Target, load_target
+from .pack import Pack, load_pack
 from .synthetic import gemm_task
 from .tasks import Task
 
@@ -147,6 +148,13 @@ def priors_from_grid(report: dict[str, Any], top: int, evidence: str) -> list[Me
     return found
 
 
+def priors_from_pack(pack: Pack, evidence: str) -> list[Measured]:
+    """Each kernel of a tuned pack, at its measured median: a tune's winners seed the next
+    tune of nearby shapes on the same chip (a shape tuned before starts where it ended)."""
+    return [Measured(entry.task, entry.variant, entry.config, entry.seconds, evidence)
+            for entry in pack.entries.values()]
+
+
 def priors_from(report: dict[str, Any], top: int, evidence: str) -> list[Measured]:
     """Priors from either measured format: a search table ("cases") or an op grid ("results")."""
     if "cases" in report:
@@ -157,15 +165,24 @@ def priors_from(report: dict[str, Any], top: int, evidence: str) -> list[Measure
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Build a target's priors file from a measured table.")
-    parser.add_argument("--table", type=Path, required=True, action="append")
+    parser = argparse.ArgumentParser(description="Build a target's priors file from measured tables, "
+                                                 "op grids and tuned packs.")
+    parser.add_argument("--table", type=Path, action="append", default=[],
+                        help="a search table or op grid (JSON); repeatable")
+    parser.add_argument("--pack", type=Path, action="append", default=[],
+                        help="a tuned kernel pack of the same target; repeatable")
     parser.add_argument("--top", type=int, default=3, help="fastest configurations kept per shape")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    lines = []
-    for path in args.table:
-        for item in priors_from(json.loads(path.read_text()), args.top, str(path)):
-            lines.append(json.dumps(item.__dict__, sort_keys=True, default=str))
+    if not args.table and not args.pack:
+        parser.error("give at least one --table or --pack")
+    found = [item for path in args.table for item in priors_from(json.loads(path.read_text()), args.top, str(path))]
+    packs = {path: load_pack(path) for path in args.pack}
+    targets = sorted({pack.target.get("name", "?") for pack in packs.values()})
+    if len(targets) > 1:
+        parser.error(f"the packs are of several targets ({', '.join(targets)}): a priors file serves one")
+    found += [item for path, pack in packs.items() for item in priors_from_pack(pack, str(path))]
+    lines = [json.dumps(item.__dict__, sort_keys=True, default=str) for item in found]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
     print(f"wrote {len(lines)} priors to {args.out}")

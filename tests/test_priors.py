@@ -8,7 +8,11 @@ from pathlib import Path
 from portkern.backends import get_backend
 from portkern.backends.base import Candidate
 from portkern.hwprofile import load_target
+from portkern import priors
+from portkern.backends.base import Artifact
+from portkern.pack import Pack, PackEntry, write_pack
 from portkern.priors import Measured, load_priors, nearest_configs, priors_for, priors_from_table, shape_distance
+from portkern.search.records import Measurement, Verdict
 from portkern.search.records import RecordLog
 from portkern.search.strategy import completed_config
 from portkern.synthetic import conv2d_task, gemm_task, layernorm_task
@@ -123,3 +127,24 @@ def test_a_target_without_priors_borrows_those_of_its_architecture(tmp_path: Pat
     assert priors_for(load_target("a100")) == [] and priors_for(load_target("cpu")) == []
     (tmp_path / "h100.jsonl").write_text(json.dumps(shipped[0].__dict__) + "\n")
     assert priors_for(load_target("h100"), tmp_path) == [shipped[0]]  # its own file wins
+
+
+def test_a_tuned_pack_becomes_priors_that_seed_a_nearby_shape(tmp_path: Path) -> None:
+    """python -m portkern.priors --pack: every kernel a tune kept, at its measured median."""
+    tuned = gemm_task(1024, 768, 768, "float16", bias=True)
+    tma = {v.name: v for v in TRITON.variants(tuned)}["gemm_tma"]
+    config = {**tma.default, "BLOCK_M": 64}
+    entry = PackEntry(key=tuned.key, task=tuned.describe(), backend="triton", variant="gemm_tma", origin="builtin",
+                      config=config, artifact=Artifact(backend="triton", variant="gemm_tma", config=config,
+                                                       source=tma.source),
+                      verdict=Verdict(True, "", "fp16", {}), measurement=Measurement([3e-6, 2e-6, 4e-6], "test"),
+                      baseline_seconds=5e-6, floor_seconds=1e-6)
+    pack = write_pack(Pack(target={"name": "h200", "backend": "triton"}, fingerprint=TRITON.fingerprint(),
+                           entries={entry.key: entry}), tmp_path / "tuned.pkpack")
+    assert priors.main(["--pack", str(pack), "--out", str(tmp_path / "priors" / "h200.jsonl")]) == 0
+    (prior,) = load_priors("h200", tmp_path / "priors")
+    assert (prior.variant, prior.config, prior.seconds, prior.evidence) == ("gemm_tma", config, 3e-6, str(pack))
+    nearby = gemm_task(1000, 768, 768, "float16", bias=True)
+    library = {v.name: v for v in TRITON.variants(nearby)}
+    seeds = TaskCatalog(tmp_path / "tasks.jsonl", [prior]).nearest(nearby, RecordLog(tmp_path / "r.jsonl"), library)
+    assert seeds == [Candidate.of(library["gemm_tma"], config)]

@@ -21,6 +21,9 @@ transformers' SDPA attention, the faster path a torch user would get by default.
 --smoke: a 1-layer BERT and a one-block ResNet-style CNN (torchvision is not needed) at batch 2, fp32,
 the Triton interpreter for portkern's kernels, no torch.compile.
 
+Each model's tuned pack is kept beside --out (<model>.pkpack): `python -m portkern.priors --pack` turns
+its kernels into priors for later tunes on the same chip.
+
 Time on the GPU machine, beyond --time-budget: portkern.tune's end-to-end step runs onnxruntime (CPU)
 on the full batch a few times, and max-autotune compiles for minutes: run one model per command
 where commands are limited to 10 minutes (--batch and --compile-modes trim a run that does not fit).
@@ -30,6 +33,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -245,6 +249,8 @@ def bench_model(model: ModelUnderTest, args: argparse.Namespace, device: torch.d
                            trials=args.trials, per_task_trials=args.per_task_trials,
                            time_budget_s=args.time_budget, compile_workers=args.compile_workers, progress=say,
                            **extra)
+    # the pack, kept beside --out: `python -m portkern.priors --pack` makes the next tune's priors of it
+    shutil.copytree(pack_path, Path(args.out).parent / pack_path.name, dirs_exist_ok=True)
     session = portkern.Session(model.onnx_path, pack_path)
     graph = session.graph
     feeds = random_feeds(graph, seed=3)
