@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from .errors import ModelError, UnsupportedOpError
-from .ir import Graph, Node
+from .ir import Graph, Node, TensorSpec
 from .layout import is_channels_last, run_as_nchw
 
 Inputs = list["np.ndarray | None"]
@@ -2220,27 +2220,26 @@ def run_nodes(nodes: Sequence[Node], env: dict[str, np.ndarray], opset: int) -> 
             env[name] = np.asarray(outputs[index])
 
 
-def check_feeds(graph: Graph, feeds: Mapping[str, Any],
-                spec_of: Callable[[Any], tuple[tuple[int, ...], str]] | None = None) -> None:
+def check_feeds(graph: Graph, feeds: Mapping[str, Any], spec_of: Callable[[Any], TensorSpec] | None = None) -> None:
     """Every graph input present with its bound shape and dtype: else a ModelError naming it.
-    spec_of: a feed's (shape, dtype name), for feeds that are not arrays (device buffers)."""
+    spec_of: a feed's spec, for feeds that are not arrays (device buffers)."""
     for name in graph.inputs:
         if name not in feeds:
             raise ModelError(f"missing input '{name}' (expects {graph.values[name]})")
         spec = graph.values[name]
-        shape, dtype = spec_of(feeds[name]) if spec_of else array_spec(feeds[name])
-        if tuple(shape) != spec.shape or dtype != spec.dtype:
-            got = f"{'x'.join(map(str, shape)) or 'scalar'}:{dtype}"
-            raise ModelError(f"input '{name}' is {got}, the model is bound to {spec}")
+        got = (spec_of or array_spec)(feeds[name])
+        if got != spec:
+            shown = f"{'x'.join(map(str, got.shape)) or 'scalar'}:{got.dtype}"
+            raise ModelError(f"input '{name}' is {shown}, the model is bound to {spec}")
     unknown = sorted(set(feeds) - set(graph.inputs))
     if unknown:
         raise ModelError(f"unknown input(s) {', '.join(unknown)}; inputs: {', '.join(graph.inputs)}")
 
 
-def array_spec(value: Any) -> tuple[tuple[int, ...], str]:
-    """An array-like's shape and dtype name."""
+def array_spec(value: Any) -> TensorSpec:
+    """An array-like's shape and dtype."""
     array = np.asarray(value)
-    return tuple(array.shape), array.dtype.name
+    return TensorSpec(tuple(array.shape), array.dtype.name)
 
 
 def run_graph(graph: Graph, feeds: Mapping[str, np.ndarray],

@@ -45,10 +45,9 @@ def time_program(backend: Backend, program: Program, task: Task,
     if modeled is not None:
         return Measurement(times=[modeled], method=f"simulated: {backend.name} cost model", simulated=True)
     sets = list(inputs) if inputs is not None else device_inputs(backend, task, options.input_sets)
-    outputs = [_poisoned(backend, spec) for spec in task.outputs]
-    # a program that makes its own outputs is timed as a run calls it
+    # a program that makes its own outputs is timed as a run calls it, with no outputs given
     run: Callable[[list[Any]], Any] = (program.produce if isinstance(program, ProducingProgram)
-                                       else lambda current: program(current, outputs))
+                                       else _into(program, [_poisoned(backend, spec) for spec in task.outputs]))
     for i in range(options.warmup):
         run(sets[i % len(sets)])
     backend.synchronize()
@@ -64,3 +63,8 @@ def time_program(backend: Backend, program: Program, task: Task,
     method = (f"{backend.name}: median of {len(times)} runs after {options.warmup} warm-up, "
               f"{len(sets)} rotating input sets, each run timed alone ({backend.timing_method})")
     return Measurement(times=times, method=method)
+
+
+def _into(program: Program, outputs: list[Any]) -> Callable[[list[Any]], None]:
+    """The program as one call on its inputs, writing these outputs."""
+    return lambda inputs: program(inputs, outputs)

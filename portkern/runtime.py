@@ -277,7 +277,7 @@ class Session:
         if self.backend is None:
             return run_graph(self.graph, dict(feeds))
         backend = self.backend
-        check_feeds(self.graph, feeds, self._feed_spec)
+        check_feeds(self.graph, feeds, self._spec)
         if backend.host_memory:
             values: Values = {name: np.asarray(value) for name, value in feeds.items()}
             self._run_steps(values)
@@ -290,13 +290,14 @@ class Session:
         return {name: backend.to_host(outputs[name]) if name in outputs else self.graph.constants[name]
                 for name in self.graph.outputs}
 
-    def _feed_spec(self, value: Any) -> tuple[tuple[int, ...], str]:
+    def _spec(self, value: Any) -> TensorSpec:
+        """A feed's or buffer's shape and dtype: one of the backend's buffers, or an array."""
         spec = self.backend.buffer_spec(value) if self.backend is not None else None
-        return (spec.shape, spec.dtype) if spec is not None else array_spec(value)
+        return spec if spec is not None else array_spec(value)
 
     def _device_copy(self, buffer: Any) -> Any:
         assert self.backend is not None
-        copy = self.backend.empty(self.backend.buffer_spec(buffer) or TensorSpec(*array_spec(buffer)), 0.0)
+        copy = self.backend.empty(self._spec(buffer), 0.0)
         self.backend.copy_into(copy, buffer)
         return copy
 

@@ -163,11 +163,11 @@ def torch_run(module: Callable[..., Any], feeds: dict[str, np.ndarray], names: S
     """io "host": host feeds to the device, the module, every output back to host memory.
     io "device": the feeds already on the device, the outputs left there."""
     host = [torch.from_numpy(feeds[name]) for name in names]
-    resident = [x.to(device) for x in host]
+    resident = [x.to(device) for x in host] if io == "device" else []
 
     def run() -> list[torch.Tensor]:
         with torch.inference_mode():
-            out = module(*(resident if io == "device" else [x.to(device) for x in host]))
+            out = module(*(resident or [x.to(device) for x in host]))
         outs = list(out if isinstance(out, (tuple, list)) else (out,))
         return outs if io == "device" else [o.cpu() for o in outs]
     return run
