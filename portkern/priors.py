@@ -85,14 +85,25 @@ def problem_dims(described: dict[str, Any]) -> tuple[int, ...] | None:
     return tuple(size for shape in inputs for size in shape)
 
 
+# float types of one width tile alike (the same bytes per tile, the same tensor-core shapes): what
+# won in fp16 is a fair first guess in bf16, one step behind a same-dtype measurement
+_SAME_WIDTH = ({"float16", "bfloat16"},)
+_OTHER_DTYPE_STEP = 1.0
+
+
 def shape_distance(a: dict[str, Any], b: dict[str, Any]) -> float | None:
-    """log2 distance between two tasks of the same kind and dtype; None if not comparable."""
-    if a["kind"] != b["kind"] or a["inputs"][0][1] != b["inputs"][0][1]:
+    """log2 distance between two tasks of the same kind and dtype (or another float type of the
+    same width, one step further); None if not comparable."""
+    dtype_a, dtype_b = a["inputs"][0][1], b["inputs"][0][1]
+    if a["kind"] != b["kind"]:
+        return None
+    if dtype_a != dtype_b and not any({dtype_a, dtype_b} <= group for group in _SAME_WIDTH):
         return None
     dims_a, dims_b = problem_dims(a), problem_dims(b)
     if dims_a is None or dims_b is None or len(dims_a) != len(dims_b):
         return None
-    return sum(abs(math.log2(max(x, 1)) - math.log2(max(y, 1))) for x, y in zip(dims_a, dims_b))
+    return (sum(abs(math.log2(max(x, 1)) - math.log2(max(y, 1))) for x, y in zip(dims_a, dims_b))
+            + (_OTHER_DTYPE_STEP if dtype_a != dtype_b else 0.0))
 
 
 def nearest_configs(task: dict[str, Any], measured: Iterable[Measured], count: int) -> list[Measured]:

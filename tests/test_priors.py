@@ -28,6 +28,8 @@ def test_gemm_distance_is_over_m_n_k_whatever_the_layout_and_epilogue() -> None:
     assert shape_distance(table_shape, model_shape) == 0.0
     assert shape_distance(table_shape, gemm_task(2048, 3072, 768, "float16").describe()) == 1.0
     assert shape_distance(table_shape, gemm_task(4096, 3072, 768, "float32").describe()) is None
+    # bf16 tiles like fp16 (same width): comparable, one step behind the same dtype
+    assert shape_distance(table_shape, gemm_task(4096, 3072, 768, "bfloat16").describe()) == 1.0
     assert shape_distance(table_shape, layernorm_task(4096, 768, "float16").describe()) is None
 
 

@@ -47,9 +47,9 @@ def suites(smoke: bool) -> dict[str, list[tuple[str, Task]]]:
     memory = [("softmax 16384x4096", softmax_task(16384, 4096, "float16")),
               ("layernorm 16384x4096", layernorm_task(16384, 4096, "float16")),
               ("rmsnorm 16384x4096", rmsnorm_task(16384, 4096, "float16"))]
-    # decode-size linear layers (weight N x K): M 1/8/16/64 in fp16, M 1 in bf16
+    # decode-size linear layers (weight N x K): M 1/8/16/64 in fp16 and bf16
     gemv = [(f"gemv m{m} {n}x{k} {dt}", gemm_task(m, n, k, dt, trans_b=True))
-            for dt, rows in (("float16", (1, 8, 16, 64)), ("bfloat16", (1,))) for m in rows
+            for dt in ("float16", "bfloat16") for m in (1, 8, 16, 64)
             for n, k in ((4096, 4096), (11008, 4096), (4096, 11008))]
     gemm = [(f"gemm {m}x{n}x{k}", gemm_task(m, n, k, "float16", trans_b=True))
             for m, n, k in ((4096, 768, 768), (4096, 3072, 768), (4096, 768, 3072),
