@@ -41,7 +41,8 @@ SAMPLE_TRIES = 300
 # GPU-sized tasks: nothing runs, so shapes can be what a model has (fp32 for the tf32 variants).
 TASKS: dict[str, list[Task]] = {
     "gemm": [synthetic.gemm_task(512, 768, 384, "float16", bias=True, activation="silu", residual=True),
-             synthetic.gemm_task(4, 1024, 768, "float32", trans_b=True, bias=True)],
+             synthetic.gemm_task(4, 1024, 768, "float32", trans_b=True, bias=True),
+             synthetic.gemm_task(3000, 1000, 777, "float16", trans_b=True)],  # rows TMA cannot read in place
     "bmm": [synthetic.bmm_task(12, 128, 128, 64, "float16"), synthetic.bmm_task(4, 96, 80, 64, "float32")],
     "attention": [synthetic.attention_task(2, 8, 256, 64, "float16", mask=True, causal=True),
                   synthetic.attention_task(4, 8, 4, 128, "float16", seq_kv=4096, k_transposed=True),

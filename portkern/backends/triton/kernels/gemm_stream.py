@@ -17,6 +17,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 # include: gemm_common
+# include: tma
 # include: splitk
 
 KIND = "gemm"
@@ -29,7 +30,6 @@ SPACE = {"BLOCK_N": [16, 32, 64, 128], "BLOCK_K": [64, 128, 256, 512], "SPLIT_K"
 DEFAULT = {"BLOCK_N": 64, "BLOCK_K": 256, "SPLIT_K": 1, "SWAP": True, "num_warps": 4, "num_stages": 4}
 MAX_ROWS = 64
 MIN_DOT = 16  # smallest tensor-core tile side Triton's tl.dot takes
-_ROW_BYTES = 16  # TMA: every row stride (and the base) 16-byte aligned
 
 
 def _m_pad(M):
@@ -37,19 +37,12 @@ def _m_pad(M):
 
 
 def constraints(task, config, target):
-    arch = target.profile.arch
-    if not (arch.startswith("sm_") and int(arch[3:]) >= 90):
-        return f"TMA needs sm_90 or newer, the target is {arch}"
     M, N, K = _gemm_dims(task)
     if M > MAX_ROWS:
         return f"M={M} is not skinny (at most {MAX_ROWS} rows)"
-    a, b = task.inputs[0], task.inputs[1]
-    if a.dtype != b.dtype or a.dtype not in ("float16", "bfloat16", "float32"):
-        return f"TMA tiles need one 16/32-bit float type for A and B, not {a.dtype}/{b.dtype}"
-    item = 4 if a.dtype == "float32" else 2
-    row_elements = (K,) if task.attr("trans_b", False) else (K, N)
-    if any(n * item % _ROW_BYTES for n in row_elements):
-        return f"rows of {row_elements} elements are not {_ROW_BYTES}-byte aligned for TMA"
+    problem = _tma_problem(task, target)
+    if problem:
+        return problem
     if config["SWAP"] and config["BLOCK_N"] < 64:
         return f"SWAP puts the {config['BLOCK_N']}-column weight tile on the MMA's 64-row side: BLOCK_N >= 64"
     return (_residual_problem(task) or _split_problem(K, config["SPLIT_K"], config["BLOCK_K"])

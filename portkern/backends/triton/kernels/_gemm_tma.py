@@ -1,0 +1,53 @@
+# --- included from _gemm_tma.py: the TMA GEMM over tile descriptors, persistent programs ---
+# include: gemm_common
+
+# include: tma
+
+
+def _sms_problem(config, target):
+    if config["NUM_SMS"] != target.profile.cores:
+        return f"NUM_SMS={config['NUM_SMS']} is not the target's SM count ({target.profile.cores})"
+    return None
+
+
+@triton.jit
+def _gemm_tma(a_desc, b_desc, c_ptr, bias_ptr, res_ptr, M, N, K, stride_cm, stride_cn, stride_rm, stride_rn,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+              B_TRANSPOSED: tl.constexpr, FLATTEN: tl.constexpr, ACTIVATION: tl.constexpr,
+              HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0), flatten=FLATTEN):
+        block_m, block_n = _swizzle(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        first_row = block_m * BLOCK_M
+        first_col = block_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(0, K, BLOCK_K):
+            a = a_desc.load([first_row, k])
+            if B_TRANSPOSED:
+                b = b_desc.load([first_col, k]).T
+            else:
+                b = b_desc.load([k, first_col])
+            acc = tl.dot(a, b, acc, input_precision="ieee")
+        rows = first_row + tl.arange(0, BLOCK_M)
+        cols = first_col + tl.arange(0, BLOCK_N)
+        _epilogue_store(acc, c_ptr, bias_ptr, res_ptr, rows, cols, M, N, stride_cm, stride_cn, stride_rm,
+                        stride_rn, ACTIVATION, HAS_BIAS, HAS_RESIDUAL)
+
+
+def _launch_tma(task, config, p, a, a_strides, b, b_strides, out):
+    """The GEMM of problem p reading A (M x K) and B (N x K when trans_b, else K x N) with these
+    (row, column) strides as stored: p's own operands, or aligned copies of them. The descriptors
+    carry p's logical sizes, so TMA zero-fills past every edge and never reads a copy's padding."""
+    block_m, block_n, block_k = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
+    b_transposed = bool(task.attr("trans_b", False))
+    a_desc = TensorDescriptor(a, [p.M, p.K], list(a_strides), [block_m, block_k])
+    if b_transposed:
+        b_desc = TensorDescriptor(b, [p.N, p.K], list(b_strides), [block_n, block_k])
+    else:
+        b_desc = TensorDescriptor(b, [p.K, p.N], list(b_strides), [block_k, block_n])
+    tiles = triton.cdiv(p.M, block_m) * triton.cdiv(p.N, block_n)
+    _gemm_tma[(min(tiles, config["NUM_SMS"]),)](
+        a_desc, b_desc, out, p.bias, p.residual, p.M, p.N, p.K, *p.stride_c, *p.stride_r,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config["GROUP_M"],
+        B_TRANSPOSED=b_transposed, FLATTEN=config["FLATTEN"], **p.epilogue,
+        num_warps=config["num_warps"], num_stages=config["num_stages"])
