@@ -54,6 +54,8 @@ CASES: dict[str, list[Callable[[str], Task]]] = {
         # BERT's head split and merge folded in: (B, S, H, D) buffers read through strides
         lambda dt: synthetic.attention_task(2, 3, 13, 16, dt, k_transposed=True, mask=True, packed_heads=True),
         lambda dt: synthetic.attention_task(1, 2, 5, 24, dt, seq_kv=70, causal=True, packed_heads=True),
+        # several query blocks on the diagonal: whole key blocks below it run unmasked, the rest masked
+        lambda dt: synthetic.attention_task(1, 1, 70, 32, dt, mask=True, causal=True),
     ],
     "conv2d": [
         lambda dt: synthetic.conv2d_task(2, 5, 9, 7, 6, 3, 3, dt, pad=1, activation="relu"),

@@ -70,40 +70,71 @@ class _AttentionProblem:
         scale = float(task.attr("scale", 1.0 / math.sqrt(self.head_dim)))
         self.scale_log2 = scale * LOG2E
         self.flags = {"BLOCK_D": _block_d(self.head_dim), "HAS_MASK": self.has_mask,
-                      "CAUSAL": bool(task.attr("causal", False))}
+                      "CAUSAL": bool(task.attr("causal", False)), "EVEN_D": _block_d(self.head_dim) == self.head_dim}
 
 
 @triton.jit
-def _attend(q, k_base, v_base, m_base, rows, row_ok, dims, dim_ok, key_lo, key_hi, S, SK, scale_log2,
+def _attend(q, k_base, v_base, m_base, first_row, rows, row_ok, dims, dim_ok, key_lo, key_hi, S, SK, scale_log2,
             sk_s, sk_d, sv_s, sv_d, sm_s, sm_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-            BLOCK_D: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr):
+            BLOCK_D: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr):
     """Online softmax of q against keys [key_lo, key_hi): the unnormalised output, running max
     (log2 units) and running sum. Causal is bottom-right aligned: key j is visible to query i when
-    j <= i + SK - S (as partition.py recognises it)."""
+    j <= i + SK - S (as partition.py recognises it). The whole key blocks that every row of the
+    block sees (all of them but the diagonal and the tail) run without key masks or the causal
+    test; the rest run masked."""
     row_max = tl.full((BLOCK_M,), -float("inf"), tl.float32)
     row_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    seen_by_all = key_hi
+    if CAUSAL:
+        seen_by_all = tl.minimum(key_hi, first_row + SK - S + 1)
+    unmasked_end = key_lo + tl.maximum(seen_by_all - key_lo, 0) // BLOCK_N * BLOCK_N
+    acc, row_max, row_sum = _attend_keys(acc, row_max, row_sum, q, k_base, v_base, m_base, rows, row_ok, dims,
+                                         dim_ok, key_lo, unmasked_end, S, SK, scale_log2, sk_s, sk_d, sv_s,
+                                         sv_d, sm_s, sm_k, BLOCK_N, HAS_MASK, CAUSAL, EVEN_D, False)
+    return _attend_keys(acc, row_max, row_sum, q, k_base, v_base, m_base, rows, row_ok, dims, dim_ok,
+                        unmasked_end, key_hi, S, SK, scale_log2, sk_s, sk_d, sv_s, sv_d, sm_s, sm_k, BLOCK_N,
+                        HAS_MASK, CAUSAL, EVEN_D, True)
+
+
+@triton.jit
+def _attend_keys(acc, row_max, row_sum, q, k_base, v_base, m_base, rows, row_ok, dims, dim_ok, key_lo, key_hi,
+                 S, SK, scale_log2, sk_s, sk_d, sv_s, sv_d, sm_s, sm_k, BLOCK_N: tl.constexpr,
+                 HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, MASKED: tl.constexpr):
+    """The online-softmax steps over keys [key_lo, key_hi). MASKED=False promises whole blocks
+    that every row sees: the loads drop their key masks (and dim masks when D fills the tile)."""
     for start in range(key_lo, key_hi, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
-        col_ok = cols < key_hi
-        k_t = tl.load(k_base + dims[:, None] * sk_d + cols[None, :] * sk_s,
-                      mask=dim_ok[:, None] & col_ok[None, :], other=0.0)
+        k_ptrs = k_base + dims[:, None] * sk_d + cols[None, :] * sk_s
+        v_ptrs = v_base + cols[:, None] * sv_s + dims[None, :] * sv_d
+        if MASKED:
+            col_ok = cols < key_hi
+            k_t = tl.load(k_ptrs, mask=dim_ok[:, None] & col_ok[None, :], other=0.0)
+            v = tl.load(v_ptrs, mask=col_ok[:, None] & dim_ok[None, :], other=0.0)
+        elif EVEN_D:
+            k_t = tl.load(k_ptrs)
+            v = tl.load(v_ptrs)
+        else:
+            k_t = tl.load(k_ptrs, mask=dim_ok[:, None], other=0.0)
+            v = tl.load(v_ptrs, mask=dim_ok[None, :], other=0.0)
         scores = tl.dot(q, k_t, input_precision="ieee") * scale_log2
         if HAS_MASK:
-            bias = tl.load(m_base + rows[:, None] * sm_s + cols[None, :] * sm_k,
-                           mask=row_ok[:, None] & col_ok[None, :], other=0.0)
+            bias_ptrs = m_base + rows[:, None] * sm_s + cols[None, :] * sm_k
+            if MASKED:
+                bias = tl.load(bias_ptrs, mask=row_ok[:, None] & (cols < key_hi)[None, :], other=0.0)
+            else:
+                bias = tl.load(bias_ptrs, mask=row_ok[:, None], other=0.0)
             scores += bias.to(tl.float32) * 1.4426950408889634
-        visible = col_ok[None, :]
-        if CAUSAL:
-            visible = visible & (cols[None, :] <= rows[:, None] + (SK - S))
-        scores = tl.where(visible, scores, -float("inf"))
+        if MASKED:
+            visible = (cols < key_hi)[None, :]
+            if CAUSAL:
+                visible = visible & (cols[None, :] <= rows[:, None] + (SK - S))
+            scores = tl.where(visible, scores, -float("inf"))
         new_max = tl.maximum(row_max, tl.max(scores, axis=1))
         shift = tl.where(new_max == -float("inf"), 0.0, new_max)  # rows with nothing visible yet
         probs = tl.exp2(scores - shift[:, None])
         rescale = tl.exp2(row_max - shift)
         row_sum = row_sum * rescale + tl.sum(probs, axis=1)
-        v = tl.load(v_base + cols[:, None] * sv_s + dims[None, :] * sv_d,
-                    mask=col_ok[:, None] & dim_ok[None, :], other=0.0)
         acc = acc * rescale[:, None] + tl.dot(probs.to(v.dtype), v, input_precision="ieee")
         row_max = new_max
     return acc, row_max, row_sum

@@ -35,7 +35,7 @@ def _flash_attention(q_ptr, k_ptr, v_ptr, mask_ptr, o_ptr, H, S, SK, D, scale_lo
                      sq_b, sq_h, sq_s, sq_d, sk_b, sk_h, sk_s, sk_d, sv_b, sv_h, sv_s, sv_d,
                      sm_b, sm_h, sm_s, sm_k, so_b, so_h, so_s, so_d,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                     HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr):
+                     HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr):
     block = tl.program_id(0)
     b = (tl.program_id(1) // H).to(tl.int64)
     h = tl.program_id(1) % H
@@ -46,10 +46,10 @@ def _flash_attention(q_ptr, k_ptr, v_ptr, mask_ptr, o_ptr, H, S, SK, D, scale_lo
     q = tl.load(q_ptr + b * sq_b + h * sq_h + rows[:, None] * sq_s + dims[None, :] * sq_d,
                 mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
     acc, row_max, row_sum = _attend(q, k_ptr + b * sk_b + h * sk_h, v_ptr + b * sv_b + h * sv_h,
-                                    mask_ptr + b * sm_b + h * sm_h, rows, row_ok, dims, dim_ok, 0,
-                                    _causal_end(block, SK, S, BLOCK_M, CAUSAL), S, SK, scale_log2,
+                                    mask_ptr + b * sm_b + h * sm_h, block * BLOCK_M, rows, row_ok, dims,
+                                    dim_ok, 0, _causal_end(block, SK, S, BLOCK_M, CAUSAL), S, SK, scale_log2,
                                     sk_s, sk_d, sv_s, sv_d, sm_s, sm_k, BLOCK_M, BLOCK_N, BLOCK_D,
-                                    HAS_MASK, CAUSAL)
+                                    HAS_MASK, CAUSAL, EVEN_D)
     out = acc / row_sum[:, None]
     tl.store(o_ptr + b * so_b + h * so_h + rows[:, None] * so_s + dims[None, :] * so_d,
              out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & dim_ok[None, :])
