@@ -67,15 +67,24 @@ def _variant_name(template: types.ModuleType) -> str:
 
 # runtime.config_threadpool's AffinityMode: worker i pinned to the i-th listed CPU
 _ONE_CORE_PER_THREAD = -2
+# sched_yield rounds a TVM pool worker waits for the next parallel loop before it sleeps (~0.7 us
+# each on the 2-core host: ~90 us). TVM's default, 300000, kept the worker busy ~200 ms after
+# every kernel on its pinned core, where onnxruntime's threads then ran the model's next stretch:
+# two kept kernels made the demo BERT 2x slower (benchmarks/cpu/split_cost_probe.py).
+POOL_SPIN_COUNT = 128
 
 
 def _use_cores(cores: int) -> None:
-    """Run parallel loops on exactly `cores` threads, one per CPU this process may use.
+    """Run parallel loops on exactly `cores` threads, one per CPU this process may use, whose
+    workers sleep soon after a kernel (POOL_SPIN_COUNT) unless TVM_THREAD_POOL_SPIN_COUNT says
+    otherwise. TVM reads that once, when its first worker starts: a process that ran a parallel
+    TVM loop before any TvmBackend existed keeps the spin count it started with.
 
     TVM's default halves the logical CPU count on x86 (it assumes hyper-threads), so on a 2-core
     host every parallel loop would run on one thread. Measured on this host under load, pinned
     threads (median 1.9-3.8 ms on a ResNet 3x3 conv) beat threads sharing all cores (3.9 ms).
     """
+    os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", str(POOL_SPIN_COUNT))
     cpus = sorted(os.sched_getaffinity(0))[:cores] if hasattr(os, "sched_getaffinity") else list(range(cores))
     get_global_func("runtime.config_threadpool")(_ONE_CORE_PER_THREAD, len(cpus), [str(c) for c in cpus])
 
