@@ -500,6 +500,14 @@ def _end_to_end(model_path: Path, graph: Graph, backend: Backend, target: Target
             errors.append(float(np.linalg.norm(out - ref) / (np.linalg.norm(ref) or 1.0)))
         return max(errors), session
 
+    def drop_all(kept: list[TaskOutcome], with_them: float, alone: float) -> list[TaskOutcome]:
+        """None of the winners ship: together they cost the model more than they save."""
+        for outcome in kept:
+            outcome.status = (f"dropped: the model runs faster on the baseline alone "
+                              f"({with_them * 1e3:.3g} -> {alone * 1e3:.3g} ms)")
+        say(f"end-to-end: the model runs faster without the {len(kept)} remaining kernels: dropped")
+        return []
+
     kept = [o for o in outcomes if o.status.startswith("kept")]
     error, session = check(kept)
     while error > tolerance and kept:
@@ -528,16 +536,9 @@ def _end_to_end(model_path: Path, graph: Graph, backend: Backend, target: Target
         if kept:
             slower, with_them, alone = faster_without(kept, [])
             if slower:  # together they still cost more than they save
-                for outcome in kept:
-                    outcome.status = (f"dropped: the model runs faster on the baseline alone "
-                                      f"({with_them * 1e3:.3g} -> {alone * 1e3:.3g} ms)")
-                say(f"end-to-end: the model runs faster without the {len(kept)} remaining kernels: dropped")
-                kept = []
+                kept = drop_all(kept, with_them, alone)
         error, session = check(kept)
-    result = {
-        "max_rel_l2_vs_onnxruntime": error, "tolerance": tolerance, "passed": error <= tolerance,
-        "kernels_used": len(kept), "fallback_tasks": len(session.fallbacks),
-    }
+    result: dict[str, Any] = {"tolerance": tolerance}
     if backend.simulated:
         # the chip's time is its model's: the host clock of a run in the interpreter says nothing
         # of it (a 1-layer BERT-base ran 49 s a run there), so no whole-model runs are timed
@@ -553,10 +554,21 @@ def _end_to_end(model_path: Path, graph: Graph, backend: Backend, target: Target
         # by side with the pack in alternating rounds; and onnxruntime where it runs on the same
         # device (on a GPU target, onnxruntime's CPU run is the reference: not a competitor)
         baseline_session = session_with([])
-        runners = {"portkern": lambda: session.run(feeds), "backend_baseline": lambda: baseline_session.run(feeds)}
-        if backend.host_memory:
-            runners["onnxruntime_cpu"] = lambda: ort_session.run(None, feeds)
-        times = interleaved_latency(runners, repeats=repeats, synchronize=backend.synchronize, pause_s=pause_s)
+
+        def timed(session: Session) -> dict[str, float]:
+            runners = {"portkern": lambda: session.run(feeds), "backend_baseline": lambda: baseline_session.run(feeds)}
+            if backend.host_memory:
+                runners["onnxruntime_cpu"] = lambda: ort_session.run(None, feeds)
+            return interleaved_latency(runners, repeats=repeats, synchronize=backend.synchronize, pause_s=pause_s)
+        times = timed(session)
+        if kept and times["portkern"] > times["backend_baseline"] * (1 + E2E_NOISE):
+            # the passes above decide on a few noisy runs each: when the final timing says the
+            # model is slower with the winners, a second look that agrees drops them all
+            slower, with_them, alone = faster_without(kept, [])
+            if slower:
+                kept = drop_all(kept, with_them, alone)
+                error, session = check(kept)
+                times = timed(session)
         result.update(latency_seconds=times,
                       method=f"median of {repeats} whole-model runs each, in alternating rounds after a warm-up, "
                              "host clock with the device synchronized, same process, same feeds")
@@ -564,6 +576,8 @@ def _end_to_end(model_path: Path, graph: Graph, backend: Backend, target: Target
         say(f"end-to-end: rel error vs onnxruntime {error:.2g} (tolerance {tolerance:g}); latency "
             f"portkern {_ms(times['portkern'])}{onnxruntime}, {backend.name} baseline ops "
             f"{_ms(times['backend_baseline'])}")
+    result.update(max_rel_l2_vs_onnxruntime=error, passed=error <= tolerance, kernels_used=len(kept),
+                  fallback_tasks=len(session.fallbacks))
     if error > tolerance:
         raise PortkernError(f"the model's output does not match onnxruntime even with no tuned kernel "
                             f"(rel error {error:.3g} > {tolerance:g}): a bug in portkern's executor")
