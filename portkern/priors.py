@@ -31,6 +31,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .errors import PortkernError, TargetError
 from .hwprofile import Target, load_target
+from .ir import TensorSpec
 from .pack import Pack, load_pack
 from .synthetic import gemm_task
 from .tasks import Task
@@ -89,6 +90,10 @@ def problem_dims(described: dict[str, Any]) -> tuple[int, ...] | None:
 # won in fp16 is a fair first guess in bf16, one step behind a same-dtype measurement
 _SAME_WIDTH = ({"float16", "bfloat16"},)
 _OTHER_DTYPE_STEP = 1.0
+# a GEMM whose rows are not 16-byte aligned runs other kernels (no TMA, no 16-byte loads) than
+# one whose rows are: its winners say little about the other's, whatever the sizes
+_OTHER_ALIGNMENT_STEP = 2.0
+_ROW_ALIGNMENT_BYTES = 16
 
 
 def shape_distance(a: dict[str, Any], b: dict[str, Any]) -> float | None:
@@ -103,7 +108,19 @@ def shape_distance(a: dict[str, Any], b: dict[str, Any]) -> float | None:
     if dims_a is None or dims_b is None or len(dims_a) != len(dims_b):
         return None
     return (sum(abs(math.log2(max(x, 1)) - math.log2(max(y, 1))) for x, y in zip(dims_a, dims_b))
-            + (_OTHER_DTYPE_STEP if dtype_a != dtype_b else 0.0))
+            + (_OTHER_DTYPE_STEP if dtype_a != dtype_b else 0.0)
+            + (_OTHER_ALIGNMENT_STEP if _rows_aligned(a) != _rows_aligned(b) else 0.0))
+
+
+def _rows_aligned(described: dict[str, Any]) -> bool | None:
+    """Whether a GEMM's operand rows (K, and N of an untransposed B) start 16 bytes apart; None
+    for other kinds."""
+    if described["kind"] != "gemm":
+        return None
+    _, n, k = problem_dims(described)
+    rows = (k,) if described["attrs"].get("trans_b") else (k, n)
+    itemsize = TensorSpec((1,), described["inputs"][0][1]).nbytes
+    return all(r * itemsize % _ROW_ALIGNMENT_BYTES == 0 for r in rows)
 
 
 def nearest_configs(task: dict[str, Any], measured: Iterable[Measured], count: int) -> list[Measured]:

@@ -5,6 +5,8 @@ import json
 import math
 from pathlib import Path
 
+import pytest
+
 from portkern.backends import get_backend
 from portkern.backends.base import Candidate
 from portkern.hwprofile import load_target
@@ -15,7 +17,7 @@ from portkern.priors import Measured, load_priors, nearest_configs, priors_for, 
 from portkern.search.records import Measurement, Verdict
 from portkern.search.records import RecordLog
 from portkern.search.strategy import completed_config
-from portkern.synthetic import conv2d_task, gemm_task, layernorm_task
+from portkern.synthetic import attention_task, conv2d_task, gemm_task, layernorm_task
 from portkern.tasks import Task
 from portkern.tuner import TaskCatalog
 
@@ -30,6 +32,9 @@ def test_gemm_distance_is_over_m_n_k_whatever_the_layout_and_epilogue() -> None:
     assert shape_distance(table_shape, gemm_task(4096, 3072, 768, "float32").describe()) is None
     # bf16 tiles like fp16 (same width): comparable, one step behind the same dtype
     assert shape_distance(table_shape, gemm_task(4096, 3072, 768, "bfloat16").describe()) == 1.0
+    # rows that TMA cannot read in place (K=777) run other kernels: two steps further
+    odd = gemm_task(4096, 3072, 777, "float16", trans_b=True).describe()
+    assert shape_distance(table_shape, odd) == pytest.approx(2.0 + abs(math.log2(777 / 768)))
     assert shape_distance(table_shape, layernorm_task(4096, 768, "float16").describe()) is None
 
 
@@ -70,11 +75,16 @@ def test_priors_from_a_table_keep_the_fastest_ok_entries_of_complete_cases() -> 
 
 
 def _task_of(described: dict) -> Task:
-    """A prior's task rebuilt the way a model's is (the shipped priors hold GEMMs and NHWC convs)."""
+    """A prior's task rebuilt the way a model's is (the shipped priors hold GEMMs, NHWC convs and
+    attention)."""
     (x, dtype), (w, _) = described["inputs"][0], described["inputs"][1]
     attrs = described["attrs"]
     if described["kind"] == "gemm":
         return gemm_task(math.prod(x[:-1]), w[0], x[-1], dtype, trans_b=True)
+    if described["kind"] == "attention":
+        batch, heads, seq, head_dim = x
+        return attention_task(batch, heads, seq, head_dim, dtype, seq_kv=w[2], mask=attrs["mask"],
+                              causal=attrs["causal"], k_transposed=attrs["k_transposed"])
     assert described["kind"] == "conv2d" and attrs["layout"] == "nhwc", described
     n, h, width, c = x
     oc, kh, kw, _ = w
@@ -85,7 +95,7 @@ def _task_of(described: dict) -> Task:
 
 def test_shipped_h200_priors_are_admitted_by_the_current_library() -> None:
     priors = load_priors("h200")
-    assert {prior.task["kind"] for prior in priors} == {"gemm", "conv2d"}
+    assert {prior.task["kind"] for prior in priors} == {"gemm", "conv2d", "attention"}
     root = Path(__file__).parents[1]
     for evidence in {prior.evidence for prior in priors}:  # each names the measured table it came from
         report = json.loads((root / evidence).read_text())
