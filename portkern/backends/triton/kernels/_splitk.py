@@ -25,6 +25,19 @@ def _store_partial(acc, ws_ptr, split, rows, cols, M, N):
 
 
 @triton.jit
+def _store_result(acc, c_ptr, ws_ptr, split, bias_ptr, res_ptr, rows, cols, M, N, stride_cm, stride_cn, stride_rm,
+                  stride_rn, SPLIT: tl.constexpr, ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr,
+                  HAS_RESIDUAL: tl.constexpr):
+    """A split program's fp32 partial to the workspace (the second pass finishes it), or an
+    unsplit program's tile through the epilogue."""
+    if SPLIT:
+        _store_partial(acc, ws_ptr, split, rows, cols, M, N)
+    else:
+        _epilogue_store(acc, c_ptr, bias_ptr, res_ptr, rows, cols, M, N, stride_cm, stride_cn, stride_rm,
+                        stride_rn, ACTIVATION, HAS_BIAS, HAS_RESIDUAL)
+
+
+@triton.jit
 def _sum_partials(ws_ptr, rows, cols, M, N, SPLIT_K: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     """A tile's SPLIT_K partials in the (SPLIT_K, M, N) workspace, summed in fp32 in split order."""
     mask = (rows[:, None] < M) & (cols[None, :] < N)

@@ -84,11 +84,8 @@ def _gemv(a_ptr, b_ptr, c_ptr, ws_ptr, bias_ptr, res_ptr, M, N, K, k_chunk, stri
             acc += tl.sum(a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :], axis=1)
     if REDUCE_AT_END:
         acc = tl.sum(lanes, axis=1)
-    if SPLIT:
-        _store_partial(acc, ws_ptr, split, rows, cols, M, N)
-    else:
-        _epilogue_store(acc, c_ptr, bias_ptr, res_ptr, rows, cols, M, N, stride_cm, stride_cn, stride_rm,
-                        stride_rn, ACTIVATION, HAS_BIAS, HAS_RESIDUAL)
+    _store_result(acc, c_ptr, ws_ptr, split, bias_ptr, res_ptr, rows, cols, M, N, stride_cm, stride_cn, stride_rm,
+                  stride_rn, SPLIT, ACTIVATION, HAS_BIAS, HAS_RESIDUAL)
 
 
 def launch(task, config, inputs, outputs):

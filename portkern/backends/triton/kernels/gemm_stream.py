@@ -88,11 +88,8 @@ def _gemm_stream(a_desc, b_desc, c_ptr, ws_ptr, bias_ptr, res_ptr, M, N, K, k_ch
         acc = acc_t.T
     rows = tl.arange(0, M_PAD)
     cols = first_col + tl.arange(0, BLOCK_N)
-    if SPLIT:
-        _store_partial(acc, ws_ptr, split, rows, cols, M, N)
-    else:
-        _epilogue_store(acc, c_ptr, bias_ptr, res_ptr, rows, cols, M, N, stride_cm, stride_cn, stride_rm,
-                        stride_rn, ACTIVATION, HAS_BIAS, HAS_RESIDUAL)
+    _store_result(acc, c_ptr, ws_ptr, split, bias_ptr, res_ptr, rows, cols, M, N, stride_cm, stride_cn, stride_rm,
+                  stride_rn, SPLIT, ACTIVATION, HAS_BIAS, HAS_RESIDUAL)
 
 
 def launch(task, config, inputs, outputs):

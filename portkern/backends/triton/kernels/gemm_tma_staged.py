@@ -18,11 +18,6 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 KIND = "gemm"
 PRECISION = "fp32"
-SPACE = {"BLOCK_M": [64, 128, 256], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128],
-         "GROUP_M": [1, 8, 16], "NUM_SMS": [58, 108, 132, 304], "FLATTEN": [False, True],
-         "num_warps": [4, 8], "num_stages": [2, 3, 4, 5]}
-DEFAULT = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "NUM_SMS": 132, "FLATTEN": True,
-           "num_warps": 8, "num_stages": 3}
 COPY_ROWS, COPY_COLS = 8, 256  # one copy program's tile
 
 
