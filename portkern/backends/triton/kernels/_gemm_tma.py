@@ -47,10 +47,7 @@ def _launch_tma(task, config, p, a, a_strides, b, b_strides, out):
     block_m, block_n, block_k = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
     b_transposed = bool(task.attr("trans_b", False))
     a_desc = TensorDescriptor(a, [p.M, p.K], list(a_strides), [block_m, block_k])
-    if b_transposed:
-        b_desc = TensorDescriptor(b, [p.N, p.K], list(b_strides), [block_n, block_k])
-    else:
-        b_desc = TensorDescriptor(b, [p.K, p.N], list(b_strides), [block_k, block_n])
+    b_desc = _b_descriptor(task, p, b, b_strides, block_n, block_k)
     tiles = triton.cdiv(p.M, block_m) * triton.cdiv(p.N, block_n)
     _gemm_tma[(min(tiles, config["NUM_SMS"]),)](
         a_desc, b_desc, out, p.bias, p.residual, p.M, p.N, p.K, *p.stride_c, *p.stride_r,

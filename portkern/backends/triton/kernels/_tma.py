@@ -16,10 +16,14 @@ def _tma_dtype_problem(task):
     return None
 
 
+def _item_bytes(task):
+    return 4 if task.inputs[0].dtype == "float32" else 2
+
+
 def _misaligned_rows(task):
     """Row lengths (in elements) of A and B whose rows are not 16-byte aligned: () if TMA can read
     the operands where they are."""
-    item = 4 if task.inputs[0].dtype == "float32" else 2
+    item = _item_bytes(task)
     _, N, K = _gemm_dims(task)
     row_elements = (K,) if task.attr("trans_b", False) else (K, N)
     return tuple(n for n in row_elements if n * item % _ROW_BYTES)
@@ -30,3 +34,16 @@ def _tma_problem(task, target):
     misaligned = _misaligned_rows(task)
     return (_tma_arch_problem(target) or _tma_dtype_problem(task)
             or (misaligned and f"rows of {misaligned} elements are not {_ROW_BYTES}-byte aligned for TMA") or None)
+
+
+def _stored_b_strides(task, p):
+    """B's (row, column) strides as it is stored: N x K when trans_b, else K x N."""
+    return p.stride_b[::-1] if task.attr("trans_b", False) else p.stride_b
+
+
+def _b_descriptor(task, p, b, b_strides, block_n, block_k):
+    """A descriptor over B as stored (b_strides as _stored_b_strides gives them), in tiles of
+    block_n columns of C by block_k of K."""
+    if task.attr("trans_b", False):
+        return TensorDescriptor(b, [p.N, p.K], list(b_strides), [block_n, block_k])
+    return TensorDescriptor(b, [p.K, p.N], list(b_strides), [block_k, block_n])

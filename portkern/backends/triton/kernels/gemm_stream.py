@@ -52,8 +52,7 @@ def constraints(task, config, target):
 def shared_memory(task, config):
     """num_stages x (weight tile + row tile): what the TMA ring holds."""
     M, _, _ = _gemm_dims(task)
-    item = 4 if task.inputs[0].dtype == "float32" else 2
-    return config["num_stages"] * (config["BLOCK_N"] + _m_pad(M)) * config["BLOCK_K"] * item
+    return config["num_stages"] * (config["BLOCK_N"] + _m_pad(M)) * config["BLOCK_K"] * _item_bytes(task)
 
 
 def scratch(task, config):
@@ -96,18 +95,13 @@ def launch(task, config, inputs, outputs):
     p = _GemmProblem(task, inputs, outputs)
     bn, bk, split_k = config["BLOCK_N"], config["BLOCK_K"], config["SPLIT_K"]
     m_pad = _m_pad(p.M)
-    b_transposed = bool(task.attr("trans_b", False))
-    a_desc = TensorDescriptor(inputs[0], [p.M, p.K], [p.stride_a[0], p.stride_a[1]], [m_pad, bk])
-    b = inputs[1]
-    if b_transposed:
-        b_desc = TensorDescriptor(b, [p.N, p.K], [p.stride_b[1], p.stride_b[0]], [bn, bk])
-    else:
-        b_desc = TensorDescriptor(b, [p.K, p.N], [p.stride_b[0], p.stride_b[1]], [bk, bn])
+    a_desc = TensorDescriptor(inputs[0], [p.M, p.K], list(p.stride_a), [m_pad, bk])
+    b_desc = _b_descriptor(task, p, inputs[1], _stored_b_strides(task, p), bn, bk)
     workspace = outputs[1] if split_k > 1 else outputs[0]
     _gemm_stream[(triton.cdiv(p.N, bn), split_k)](
         a_desc, b_desc, outputs[0], workspace, p.bias, p.residual, p.M, p.N, p.K, _k_chunk(p.K, split_k, bk),
         *p.stride_c, *p.stride_r, M_PAD=m_pad, BLOCK_N=bn, BLOCK_K=bk, SPLIT=split_k > 1,
-        SWAP=config["SWAP"], B_TRANSPOSED=b_transposed, **p.epilogue,
+        SWAP=config["SWAP"], B_TRANSPOSED=bool(task.attr("trans_b", False)), **p.epilogue,
         num_warps=config["num_warps"], num_stages=config["num_stages"])
     if split_k > 1:
         _launch_reduce(p, workspace, outputs[0], split_k, m_pad, bn, config["num_warps"])

@@ -27,5 +27,4 @@ def constraints(task, config, target):
 
 def launch(task, config, inputs, outputs):
     p = _GemmProblem(task, inputs, outputs)
-    b_strides = p.stride_b[::-1] if task.attr("trans_b", False) else p.stride_b  # as B is stored
-    _launch_tma(task, config, p, inputs[0], p.stride_a, inputs[1], b_strides, outputs[0])
+    _launch_tma(task, config, p, inputs[0], p.stride_a, inputs[1], _stored_b_strides(task, p), outputs[0])

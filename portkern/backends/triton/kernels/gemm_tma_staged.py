@@ -28,7 +28,7 @@ def _aligned(n, item):
 
 def _copy_shapes(task):
     """(rows, stored row length, aligned row length) of A and of B as stored."""
-    item = 4 if task.inputs[0].dtype == "float32" else 2
+    item = _item_bytes(task)
     M, N, K = _gemm_dims(task)
     b_rows, b_cols = (N, K) if task.attr("trans_b", False) else (K, N)
     return (M, K, _aligned(K, item)), (b_rows, b_cols, _aligned(b_cols, item))
@@ -76,10 +76,9 @@ def launch(task, config, inputs, outputs):
     p = _GemmProblem(task, inputs, outputs)
     (a_rows, a_cols, a_aligned), (b_rows, b_cols, b_aligned) = _copy_shapes(task)
     a_copy, b_copy = outputs[1], outputs[2]
-    b_strides = p.stride_b[::-1] if task.attr("trans_b", False) else p.stride_b  # as B is stored
     tiles = lambda rows, cols: triton.cdiv(rows, COPY_ROWS) * triton.cdiv(cols, COPY_COLS)
     a_programs = tiles(a_rows, a_cols)
     _copy_rows[(a_programs + tiles(b_rows, b_cols),)](
         inputs[0], a_copy, a_rows, a_cols, a_aligned, *p.stride_a, inputs[1], b_copy, b_rows, b_cols, b_aligned,
-        *b_strides, a_programs, COPY_ROWS=COPY_ROWS, COPY_COLS=COPY_COLS, num_warps=4)
+        *_stored_b_strides(task, p), a_programs, COPY_ROWS=COPY_ROWS, COPY_COLS=COPY_COLS, num_warps=4)
     _launch_tma(task, config, p, a_copy, (a_aligned, 1), b_copy, (b_aligned, 1), outputs[0])
