@@ -154,24 +154,6 @@ def test_gemv_tensor_core_rows_refuse_the_lane_reduction() -> None:
     assert _valid(variant, {**variant.default, "REDUCE": "step", "SPLIT_K": 1}, task)
 
 
-@pytest.mark.parametrize("streamed", ["all", "tail"])
-def test_stream_k_finishes_shared_tiles_and_leaves_its_flags_down(streamed: str) -> None:
-    """More tiles than programs: with "tail" the first wave runs whole tiles and the rest are shared
-    out by K-steps (3 steps a program over 2-step tiles: most tiles finish on another program than
-    the one that starts them); with "all" every tile is shared. The gate's repeat runs would read
-    stale partials if a finisher did not take and reset the flags: they must all be down after."""
-    variant = VARIANTS["gemm_tma_streamk"]
-    task = synthetic.gemm_task(1200, 1000, 48, "float16", bias=True, activation="relu")  # 19 x 16 tiles of 64
-    config = {**variant.default, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "STREAMED": streamed, "num_warps": 4}
-    assert _valid(variant, config, task)
-    artifact = Artifact(backend="triton", variant=variant.name, config=config, source=variant.source)
-    program = BACKEND.load(artifact, task)
-    verdict = verify(BACKEND, program, task, variant.precision, GATE)
-    assert verdict.passed, verdict.reason
-    flags = program.scratch[-1]
-    assert flags.dtype == torch.int32 and not flags.any()
-
-
 @pytest.mark.parametrize("dtype", ("float32", "float16"))
 def test_nhwc_conv_walks_filter_rows_where_a_tap_has_few_channels(dtype: str) -> None:
     """TAP_ROWS: a K step is a run of a filter row's KW x C values (a 3-channel stem), with pads

@@ -8,8 +8,7 @@ Kernel modules (kernel_module.py's contract) for this backend:
     by the harness and must be fully written.
   - optional `scratch(task, config) -> [(shape, dtype), ...]`: workspace the backend allocates once
     per loaded program and appends after the outputs (launch may not allocate; this is how a
-    deterministic split-K keeps its partial sums without atomics). Float workspace starts as NaN;
-    integer workspace starts at zero and must be left at zero by every launch (stream-K's flags).
+    deterministic split-K keeps its partial sums without atomics).
   - optional `shared_memory(task, config) -> int`: bytes of shared memory per program, checked
     against the target; without it, configs with BLOCK_M/BLOCK_N/BLOCK_K are estimated as
     num_stages x (A tile + B tile).
@@ -219,10 +218,7 @@ class TritonBackend(Backend):
             module = kernel_module(variant, interpret=not self.on_gpu)
         except KernelSourceError as exc:
             raise CompileError(str(exc)) from None
-        # float workspace starts poisoned (a kernel that reads what it did not write fails the gate);
-        # integer workspace (counters, flags) starts at zero, and the kernel must leave it there
-        scratch = [self.empty(spec, float("nan") if spec.dtype.startswith(("float", "bfloat")) else 0)
-                   for spec in scratch_specs(module, task, artifact.config)]
+        scratch = [self.empty(spec, float("nan")) for spec in scratch_specs(module, task, artifact.config)]
         return _TritonProgram(module, task, dict(artifact.config), scratch, interpret=not self.on_gpu)
 
     def baseline(self, task: Task) -> Program | None:

@@ -17,22 +17,6 @@ def _sms_problem(config, target):
 
 
 @triton.jit
-def _tma_tile_dot(a_desc, b_desc, first_row, first_col, k_lo, k_hi, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_K: tl.constexpr, B_TRANSPOSED: tl.constexpr):
-    """A[first_row:, k_lo:k_hi] @ B[k_lo:k_hi, first_col:] over one BLOCK_M x BLOCK_N tile, in fp32
-    (TMA zero-fills past every edge, so the loop has no masks)."""
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(k_lo, k_hi, BLOCK_K):
-        a = a_desc.load([first_row, k])
-        if B_TRANSPOSED:
-            b = b_desc.load([first_col, k]).T
-        else:
-            b = b_desc.load([k, first_col])
-        acc = tl.dot(a, b, acc, input_precision="ieee")
-    return acc
-
-
-@triton.jit
 def _gemm_tma(a_desc, b_desc, c_ptr, bias_ptr, res_ptr, M, N, K, stride_cm, stride_cn, stride_rm, stride_rn,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
               B_TRANSPOSED: tl.constexpr, FLATTEN: tl.constexpr, ACTIVATION: tl.constexpr,
@@ -42,7 +26,14 @@ def _gemm_tma(a_desc, b_desc, c_ptr, bias_ptr, res_ptr, M, N, K, stride_cm, stri
         block_m, block_n = _swizzle(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         first_row = block_m * BLOCK_M
         first_col = block_n * BLOCK_N
-        acc = _tma_tile_dot(a_desc, b_desc, first_row, first_col, 0, K, BLOCK_M, BLOCK_N, BLOCK_K, B_TRANSPOSED)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(0, K, BLOCK_K):
+            a = a_desc.load([first_row, k])
+            if B_TRANSPOSED:
+                b = b_desc.load([first_col, k]).T
+            else:
+                b = b_desc.load([k, first_col])
+            acc = tl.dot(a, b, acc, input_precision="ieee")
         rows = first_row + tl.arange(0, BLOCK_M)
         cols = first_col + tl.arange(0, BLOCK_N)
         _epilogue_store(acc, c_ptr, bias_ptr, res_ptr, rows, cols, M, N, stride_cm, stride_cn, stride_rm,
