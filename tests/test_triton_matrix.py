@@ -154,6 +154,29 @@ def test_gemv_tensor_core_rows_refuse_the_lane_reduction() -> None:
     assert _valid(variant, {**variant.default, "REDUCE": "step", "SPLIT_K": 1}, task)
 
 
+@pytest.mark.parametrize("name, task", [
+    ("gemm_tma", synthetic.gemm_task(300, 200, 136, "float16", trans_b=True, bias=True, activation="gelu",
+                                     residual=True)),
+    ("gemm_tma_staged", synthetic.gemm_task(37, 48, 70, "float16", bias=True, activation="relu", batch=(2,))),
+])
+def test_tma_store_epilogue_clips_the_edge_tiles(name: str, task: Task) -> None:
+    """TMA_STORE writes whole tiles through the output's descriptor, which must clip the rows and
+    columns past the edges (none of these sizes is a multiple of a tile); the epilogue still fuses."""
+    variant = VARIANTS[name]
+    for block in (64, 128):
+        config = {**variant.default, "TMA_STORE": True, "BLOCK_M": block, "BLOCK_N": block, "FLATTEN": block == 64}
+        assert _valid(variant, config, task)
+        run_gate(variant, config, task)
+
+
+def test_tma_store_refuses_misaligned_output_rows() -> None:
+    variant = VARIANTS["gemm_tma_staged"]
+    task = synthetic.gemm_task(37, 50, 70, "float16", bias=True)
+    reason = BACKEND.check(Candidate.of(variant, {**variant.default, "TMA_STORE": True}), task)
+    assert reason is not None and "TMA_STORE" in reason
+    assert _valid(variant, variant.default, task)
+
+
 @pytest.mark.parametrize("dtype", ("float32", "float16"))
 def test_nhwc_conv_walks_filter_rows_where_a_tap_has_few_channels(dtype: str) -> None:
     """TAP_ROWS: a K step is a run of a filter row's KW x C values (a 3-channel stem), with pads

@@ -82,16 +82,25 @@ def _dot_tile(acc, a_ptr, b_ptr, rows, cols, M, N, k_lo, k_hi, stride_am, stride
 
 
 @triton.jit
-def _epilogue_store(acc, c_ptr, bias_ptr, res_ptr, rows, cols, M, N, stride_cm, stride_cn, stride_rm,
-                    stride_rn, ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
-    """out = act(acc + bias) + residual (partition.py's gemm order), in fp32, then one store."""
-    mask = (rows[:, None] < M) & (cols[None, :] < N)
-    rows64 = rows[:, None].to(tl.int64)
+def _epilogue(acc, bias_ptr, res_ptr, rows, cols, M, N, stride_rm, stride_rn, ACTIVATION: tl.constexpr,
+              HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+    """act(acc + bias) + residual (partition.py's gemm order), in fp32."""
     if HAS_BIAS:
         acc += tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
     acc = _activate(acc, ACTIVATION)
     if HAS_RESIDUAL:
-        acc += tl.load(res_ptr + rows64 * stride_rm + cols[None, :] * stride_rn, mask=mask,
+        mask = (rows[:, None] < M) & (cols[None, :] < N)
+        acc += tl.load(res_ptr + rows[:, None].to(tl.int64) * stride_rm + cols[None, :] * stride_rn, mask=mask,
                        other=0.0).to(tl.float32)
-    tl.store(c_ptr + rows64 * stride_cm + cols[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
-             mask=mask)
+    return acc
+
+
+@triton.jit
+def _epilogue_store(acc, c_ptr, bias_ptr, res_ptr, rows, cols, M, N, stride_cm, stride_cn, stride_rm,
+                    stride_rn, ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+    """out = the epilogue of acc, then one masked store."""
+    acc = _epilogue(acc, bias_ptr, res_ptr, rows, cols, M, N, stride_rm, stride_rn, ACTIVATION, HAS_BIAS,
+                    HAS_RESIDUAL)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    tl.store(c_ptr + rows[:, None].to(tl.int64) * stride_cm + cols[None, :] * stride_cn,
+             acc.to(c_ptr.dtype.element_ty), mask=mask)

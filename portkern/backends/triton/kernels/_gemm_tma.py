@@ -5,9 +5,9 @@
 
 SPACE = {"BLOCK_M": [64, 128, 256], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128],
          "GROUP_M": [1, 8, 16], "NUM_SMS": [58, 108, 132, 304], "FLATTEN": [False, True],
-         "num_warps": [4, 8], "num_stages": [2, 3, 4, 5]}
+         "TMA_STORE": [False, True], "num_warps": [4, 8], "num_stages": [2, 3, 4, 5]}
 DEFAULT = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "NUM_SMS": 132, "FLATTEN": True,
-           "num_warps": 8, "num_stages": 3}
+           "TMA_STORE": False, "num_warps": 8, "num_stages": 3}
 
 
 def _sms_problem(config, target):
@@ -16,10 +16,25 @@ def _sms_problem(config, target):
     return None
 
 
+def shared_memory(task, config):
+    """num_stages x (A tile + B tile) for the TMA ring, plus the output tile a TMA store stages."""
+    ring = config["num_stages"] * (config["BLOCK_M"] + config["BLOCK_N"]) * config["BLOCK_K"] * _item_bytes(task)
+    out_tile = config["BLOCK_M"] * config["BLOCK_N"] * _item_bytes(task, task.outputs[0])
+    return ring + (out_tile if config["TMA_STORE"] else 0)
+
+
+def _store_problem(task, config):
+    """A TMA store needs the output's rows 16-byte aligned."""
+    out = task.outputs[0]
+    if config["TMA_STORE"] and out.shape[-1] * _item_bytes(task, out) % _ROW_BYTES:
+        return f"TMA_STORE: output rows of {out.shape[-1]} {out.dtype} are not {_ROW_BYTES}-byte aligned"
+    return None
+
+
 @triton.jit
-def _gemm_tma(a_desc, b_desc, c_ptr, bias_ptr, res_ptr, M, N, K, stride_cm, stride_cn, stride_rm, stride_rn,
+def _gemm_tma(a_desc, b_desc, c_desc, c_ptr, bias_ptr, res_ptr, M, N, K, stride_cm, stride_cn, stride_rm, stride_rn,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-              B_TRANSPOSED: tl.constexpr, FLATTEN: tl.constexpr, ACTIVATION: tl.constexpr,
+              B_TRANSPOSED: tl.constexpr, FLATTEN: tl.constexpr, TMA_STORE: tl.constexpr, ACTIVATION: tl.constexpr,
               HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
     tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0), flatten=FLATTEN):
@@ -36,8 +51,13 @@ def _gemm_tma(a_desc, b_desc, c_ptr, bias_ptr, res_ptr, M, N, K, stride_cm, stri
             acc = tl.dot(a, b, acc, input_precision="ieee")
         rows = first_row + tl.arange(0, BLOCK_M)
         cols = first_col + tl.arange(0, BLOCK_N)
-        _epilogue_store(acc, c_ptr, bias_ptr, res_ptr, rows, cols, M, N, stride_cm, stride_cn, stride_rm,
-                        stride_rn, ACTIVATION, HAS_BIAS, HAS_RESIDUAL)
+        if TMA_STORE:  # asynchronous, clipped at the edges by the descriptor: no masks
+            acc = _epilogue(acc, bias_ptr, res_ptr, rows, cols, M, N, stride_rm, stride_rn, ACTIVATION, HAS_BIAS,
+                            HAS_RESIDUAL)
+            c_desc.store([first_row, first_col], acc.to(c_ptr.dtype.element_ty))
+        else:
+            _epilogue_store(acc, c_ptr, bias_ptr, res_ptr, rows, cols, M, N, stride_cm, stride_cn, stride_rm,
+                            stride_rn, ACTIVATION, HAS_BIAS, HAS_RESIDUAL)
 
 
 def _launch_tma(task, config, p, a, a_strides, b, b_strides, out):
@@ -48,9 +68,11 @@ def _launch_tma(task, config, p, a, a_strides, b, b_strides, out):
     b_transposed = bool(task.attr("trans_b", False))
     a_desc = TensorDescriptor(a, [p.M, p.K], list(a_strides), [block_m, block_k])
     b_desc = _b_descriptor(task, p, b, b_strides, block_n, block_k)
+    # the output's descriptor is built (and checked) only where the kernel stores through it
+    c_desc = TensorDescriptor(out, [p.M, p.N], list(p.stride_c), [block_m, block_n]) if config["TMA_STORE"] else a_desc
     tiles = triton.cdiv(p.M, block_m) * triton.cdiv(p.N, block_n)
     _gemm_tma[(min(tiles, config["NUM_SMS"]),)](
-        a_desc, b_desc, out, p.bias, p.residual, p.M, p.N, p.K, *p.stride_c, *p.stride_r,
+        a_desc, b_desc, c_desc, out, p.bias, p.residual, p.M, p.N, p.K, *p.stride_c, *p.stride_r,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config["GROUP_M"],
-        B_TRANSPOSED=b_transposed, FLATTEN=config["FLATTEN"], **p.epilogue,
+        B_TRANSPOSED=b_transposed, FLATTEN=config["FLATTEN"], TMA_STORE=config["TMA_STORE"], **p.epilogue,
         num_warps=config["num_warps"], num_stages=config["num_stages"])

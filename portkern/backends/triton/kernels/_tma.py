@@ -16,8 +16,9 @@ def _tma_dtype_problem(task):
     return None
 
 
-def _item_bytes(task):
-    return 4 if task.inputs[0].dtype == "float32" else 2
+def _item_bytes(task, spec=None):
+    """Bytes per element of A (or of `spec`, e.g. the output)."""
+    return 4 if (spec or task.inputs[0]).dtype == "float32" else 2
 
 
 def _misaligned_rows(task):
