@@ -177,6 +177,28 @@ def test_tma_store_refuses_misaligned_output_rows() -> None:
     assert _valid(variant, variant.default, task)
 
 
+@pytest.mark.parametrize("task", [
+    synthetic.attention_task(2, 1, 9, 24, "float16", seq_kv=21, mask=True, causal=True),  # D and Sk tails
+    synthetic.attention_task(1, 2, 5, 24, "float16", seq_kv=70, causal=True, packed_heads=True),
+    synthetic.attention_task(1, 2, 24, 16, "float16", seq_kv=40, k_transposed=True, mask=True),
+], ids=["tails", "packed-heads", "k-transposed"])
+def test_attention_reads_k_and_v_through_descriptors(task: Task) -> None:
+    """TMA=True: K and V tiles through 4-D descriptors (a transposed K through its own layout),
+    zero-filled past Sk and D, on several query and key blocks."""
+    variant = VARIANTS["attention_flash"]
+    for block_m, block_n in ((16, 16), (64, 32)):
+        config = {**variant.default, "TMA": True, "BLOCK_M": block_m, "BLOCK_N": block_n}
+        assert _valid(variant, config, task)
+        run_gate(variant, config, task)
+
+
+def test_attention_tma_refuses_keys_read_across_rows() -> None:
+    variant = VARIANTS["attention_flash"]
+    task = synthetic.attention_task(1, 2, 17, 8, "float16", k_transposed=True, mask=True)  # K rows of 17
+    reason = BACKEND.check(Candidate.of(variant, {**variant.default, "TMA": True}), task)
+    assert reason is not None and "16-byte" in reason
+
+
 @pytest.mark.parametrize("dtype", ("float32", "float16"))
 def test_nhwc_conv_walks_filter_rows_where_a_tap_has_few_channels(dtype: str) -> None:
     """TAP_ROWS: a K step is a run of a filter row's KW x C values (a 3-channel stem), with pads

@@ -59,7 +59,8 @@ class _AttentionProblem:
         self.batch, self.heads, self.seq, self.head_dim = q.shape
         self.seq_kv = v.shape[2]
         k_strides = k.stride()
-        if task.attr("k_transposed", False):  # (B, H, D, Sk) read in (b, h, s, d) order
+        self.k_transposed = bool(task.attr("k_transposed", False))
+        if self.k_transposed:  # (B, H, D, Sk) read in (b, h, s, d) order
             k_strides = (k_strides[0], k_strides[1], k_strides[3], k_strides[2])
         self.has_mask = bool(task.attr("mask", False))
         self.mask = inputs[3] if self.has_mask else q
@@ -75,13 +76,15 @@ class _AttentionProblem:
 
 @triton.jit
 def _attend(q, k_base, v_base, m_base, first_row, rows, row_ok, dims, dim_ok, key_lo, key_hi, S, SK, scale_log2,
-            sk_s, sk_d, sv_s, sv_d, sm_s, sm_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-            BLOCK_D: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr):
+            sk_s, sk_d, sv_s, sv_d, sm_s, sm_k, kv_descs, b, h, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+            BLOCK_D: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
+            TMA: tl.constexpr, K_TRANSPOSED: tl.constexpr):
     """Online softmax of q against keys [key_lo, key_hi): the unnormalised output, running max
     (log2 units) and running sum. Causal is bottom-right aligned: key j is visible to query i when
     j <= i + SK - S (as partition.py recognises it). The whole key blocks that every row of the
     block sees (all of them but the diagonal and the tail) run without key masks or the causal
-    test; the rest run masked."""
+    test; the rest run masked. With TMA, K and V tiles come through the descriptors kv_descs
+    (zero-filled past every edge) at (b, h), and the pointers are unused."""
     row_max = tl.full((BLOCK_M,), -float("inf"), tl.float32)
     row_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
@@ -91,23 +94,32 @@ def _attend(q, k_base, v_base, m_base, first_row, rows, row_ok, dims, dim_ok, ke
     unmasked_end = key_lo + tl.maximum(seen_by_all - key_lo, 0) // BLOCK_N * BLOCK_N
     acc, row_max, row_sum = _attend_keys(acc, row_max, row_sum, q, k_base, v_base, m_base, rows, row_ok, dims,
                                          dim_ok, key_lo, unmasked_end, S, SK, scale_log2, sk_s, sk_d, sv_s,
-                                         sv_d, sm_s, sm_k, BLOCK_N, HAS_MASK, CAUSAL, EVEN_D, False)
+                                         sv_d, sm_s, sm_k, kv_descs, b, h, BLOCK_N, BLOCK_D, HAS_MASK, CAUSAL,
+                                         EVEN_D, False, TMA, K_TRANSPOSED)
     return _attend_keys(acc, row_max, row_sum, q, k_base, v_base, m_base, rows, row_ok, dims, dim_ok,
-                        unmasked_end, key_hi, S, SK, scale_log2, sk_s, sk_d, sv_s, sv_d, sm_s, sm_k, BLOCK_N,
-                        HAS_MASK, CAUSAL, EVEN_D, True)
+                        unmasked_end, key_hi, S, SK, scale_log2, sk_s, sk_d, sv_s, sv_d, sm_s, sm_k, kv_descs, b,
+                        h, BLOCK_N, BLOCK_D, HAS_MASK, CAUSAL, EVEN_D, True, TMA, K_TRANSPOSED)
 
 
 @triton.jit
 def _attend_keys(acc, row_max, row_sum, q, k_base, v_base, m_base, rows, row_ok, dims, dim_ok, key_lo, key_hi,
-                 S, SK, scale_log2, sk_s, sk_d, sv_s, sv_d, sm_s, sm_k, BLOCK_N: tl.constexpr,
-                 HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, MASKED: tl.constexpr):
+                 S, SK, scale_log2, sk_s, sk_d, sv_s, sv_d, sm_s, sm_k, kv_descs, b, h, BLOCK_N: tl.constexpr,
+                 BLOCK_D: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
+                 MASKED: tl.constexpr, TMA: tl.constexpr, K_TRANSPOSED: tl.constexpr):
     """The online-softmax steps over keys [key_lo, key_hi). MASKED=False promises whole blocks
     that every row sees: the loads drop their key masks (and dim masks when D fills the tile)."""
     for start in range(key_lo, key_hi, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         k_ptrs = k_base + dims[:, None] * sk_d + cols[None, :] * sk_s
         v_ptrs = v_base + cols[:, None] * sv_s + dims[None, :] * sv_d
-        if MASKED:
+        if TMA:  # keys past SK (and dims past D) arrive as zeros; the scores' masks below still apply
+            k_desc, v_desc = kv_descs
+            if K_TRANSPOSED:
+                k_t = k_desc.load([b, h, 0, start]).reshape(BLOCK_D, BLOCK_N)
+            else:
+                k_t = k_desc.load([b, h, start, 0]).reshape(BLOCK_N, BLOCK_D).T
+            v = v_desc.load([b, h, start, 0]).reshape(BLOCK_N, BLOCK_D)
+        elif MASKED:
             col_ok = cols < key_hi
             k_t = tl.load(k_ptrs, mask=dim_ok[:, None] & col_ok[None, :], other=0.0)
             v = tl.load(v_ptrs, mask=col_ok[:, None] & dim_ok[None, :], other=0.0)

@@ -64,7 +64,8 @@ def _attention_split(q_ptr, k_ptr, v_ptr, mask_ptr, acc_ptr, max_ptr, sum_ptr, H
     acc, row_max, row_sum = _attend(q, k_ptr + b * sk_b + h * sk_h, v_ptr + b * sv_b + h * sv_h,
                                     mask_ptr + b * sm_b + h * sm_h, block * BLOCK_M, rows, row_ok, dims,
                                     dim_ok, key_lo, key_hi, S, SK, scale_log2, sk_s, sk_d, sv_s, sv_d, sm_s,
-                                    sm_k, BLOCK_M, BLOCK_N, BLOCK_D, HAS_MASK, CAUSAL, EVEN_D)
+                                    sm_k, None, b, h, BLOCK_M, BLOCK_N, BLOCK_D, HAS_MASK, CAUSAL, EVEN_D, False,
+                                    False)
     slots = (split * tl.num_programs(1) + bh).to(tl.int64) * S + rows  # (split, b*h, row)
     tl.store(max_ptr + slots, row_max, mask=row_ok)
     tl.store(sum_ptr + slots, row_sum, mask=row_ok)
