@@ -3,7 +3,9 @@ CPU interpreter, timed by a cost model instead of a clock.
 
 A variant is a kernel module (kernel_module.py's contract) plus `schedule(task, config, target)`,
 the data movement one program's tile loop declares, and optionally `workspace(task, config)`, the
-GM scratch it needs as (elements, dtype) (passed to `launch` as a fifth argument); `check` rejects
+GM scratch it needs as (elements, dtype) (passed to `launch` as a fifth argument), `flags(task,
+config)`, the int32 cross-core flags it keeps zero between launches (passed after the workspace),
+and `serves(task, target)`, whether the variant is offered for a task at all; `check` rejects
 a configuration the chip cannot hold (grid over the core count, tiles over UB/L1/L0, unaligned tail
 axes) before anything runs, and `load` attaches the modeled time that the search uses in place of a
 measurement.
@@ -11,7 +13,7 @@ measurement.
 from __future__ import annotations
 
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, ClassVar, Sequence
 
@@ -42,6 +44,12 @@ class NpuProgram:
     task: Task
     config: dict[str, Any]
     estimate: Estimate
+    flags: Any = field(default=None, init=False)  # int32, zeroed once at load, as a runtime would
+
+    def __post_init__(self) -> None:
+        declared = getattr(self.module, "flags", None)
+        if declared is not None:
+            self.flags = torch.zeros((int(declared(self.task, self.config)),), dtype=torch.int32)
 
     def __call__(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
         # a module that declares workspace() gets its GM scratch fresh and NaN-poisoned every run, so
@@ -51,8 +59,15 @@ class NpuProgram:
         if declared is not None:
             elements, dtype = declared(self.task, self.config)
             scratch.append(torch.full((int(elements),), float("nan"), dtype=getattr(torch, dtype)))
+        if self.flags is not None:
+            scratch.append(self.flags)
         with interpreted_language():
             self.module.launch(self.task, self.config, list(inputs), list(outputs), *scratch)
+        # flags persist across launches (zeroed once): a kernel that leaves one set would hand the
+        # next launch a stale arrival count, so the run is an error
+        if self.flags is not None and bool(self.flags.any()):
+            raise RuntimeError(f"{self.module.__name__}: the launch left cross-core flags set "
+                               f"({int(self.flags.count_nonzero())} of {self.flags.numel()}); they must end at zero")
 
 
 class NpuBackend(Backend):
@@ -84,9 +99,16 @@ class NpuBackend(Backend):
         found = []
         for name, source in self.builtin_sources().items():
             variant = variant_from_source(f"npu_{name}", source, self.name, "builtin", ALLOWED_IMPORTS)
-            if variant.kind == task.kind:
+            if variant.kind == task.kind and self._serves(variant, task):
                 found.append(variant)
         return found
+
+    def _serves(self, variant: Variant, task: Task) -> bool:
+        """A module's optional serves(task, target): a variant no configuration of which could run
+        the task (a grid that cannot fit the cores at any tile size) is not offered, so it neither
+        costs the search its ranking budget nor shows up as an always-rejected choice."""
+        serves = getattr(self._module(variant), "serves", None)
+        return serves is None or bool(serves(task, self.target))
 
     @staticmethod
     def _module(variant: Variant) -> types.ModuleType:

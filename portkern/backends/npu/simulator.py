@@ -28,6 +28,10 @@ target)`); this module turns that into seconds with one model for all kernels:
   * reads and writes at their own per-core rates (MTE2 reads, FIXPIPE's and MTE3's writes);
   * serial stages: stages that hold one resource in turn (a single L0C accumulator: the cube fills
     it, FIXPIPE drains it) add up instead of overlapping;
+  * cross-core handshakes (`syncs`): a program that must see what other cores wrote to GM (the
+    last of a tile's split-K parts, which finishes the tile) pays a GM round trip per handshake,
+    in series after its loop: an atomic on a flag in GM and the fence that makes the other cores'
+    partial sums visible (cost model 5);
   * waves when programs exceed cores, and a fixed cost per launch.
 
 Every number it reports is simulated. The rates come from the hwprofile (estimates are labeled
@@ -42,7 +46,7 @@ from typing import Any, Mapping
 from ...errors import PortkernError
 from ...hwprofile import HwProfile
 
-COST_MODEL_VERSION = "4"
+COST_MODEL_VERSION = "5"
 
 GM_READ_QUEUES = ("gm_to_ub", "gm_to_l1")
 GM_WRITE_QUEUES = ("l0c_to_gm", "ub_to_gm")
@@ -53,6 +57,11 @@ MEMORIES = ("ub", "l1", "l0a", "l0b", "l0c")
 STAGES = ("mte2_l1", "mte1", "cube", "fixpipe", "mte2_ub", "vector", "mte3")  # the pipeline's queues and units
 CORE_KINDS = ("vector", "cube", "mixed")  # mixed: one cube core driving its two vector cores
 GM_BEST_ALIGNMENT = 512  # GM row starts aligned to this move at the full rate (Atlas A2)
+# estimate (no public measurement found): one cross-core handshake through GM, an atomic on a flag
+# at L2 plus the fence (dcci/dsb) that makes the other cores' writes visible: ~900 cycles at
+# 1.8 GHz. Ascend C's soft SyncAll is this GM flag-and-poll protocol (CANN pto-isa SYNCALL.md);
+# a hwprofile may give its own `gm_sync_seconds`.
+GM_SYNC_SECONDS = 0.5e-6
 UNALIGNED_TABLES = ("per_tile", "lead", "setup", "exposed", "first_load")
 # a schedule's tables of QUEUES bytes / WORK units and their DMA instruction counts (per_tile required)
 WORK_TABLES = ("per_tile", "setup", "transfers", "setup_transfers", "lead", "lead_transfers", "exposed",
@@ -86,6 +95,7 @@ class Chip:
     capacity: Mapping[str, float]  # ub, l1, l0a, l0b, l0c bytes
     ub_alignment: int
     mixed_alignment: int
+    gm_sync_seconds: float = GM_SYNC_SECONDS  # one cross-core handshake through GM (estimate)
 
     @classmethod
     def from_profile(cls, profile: HwProfile) -> "Chip":
@@ -110,6 +120,7 @@ class Chip:
             launch_seconds=limit("launch_seconds"),
             capacity={m: limit(f"{m}_bytes") for m in MEMORIES},
             ub_alignment=int(limit("ub_alignment")), mixed_alignment=int(limit("mixed_alignment")),
+            gm_sync_seconds=float(profile.limits.get("gm_sync_seconds", GM_SYNC_SECONDS)),
         )
 
     def cores(self, core_kind: str) -> int:
@@ -152,6 +163,9 @@ class Schedule:
     # GM rows start misaligned although `gm_alignment` (the rows' strides) is 512: they move at the
     # unaligned rate
     unaligned: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    # cross-core handshakes through GM the busiest program waits on, in series after its loop and
+    # before its exposed vector work (the last split-K part: its flag, then the others' partials)
+    syncs: int = 0
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> "Schedule":
@@ -159,7 +173,7 @@ class Schedule:
         required = ("core", "programs", "tiles", "total_tiles", "buffers", "per_tile", "live",
                     "tails", "gm_alignment", "footprint_bytes")
         optional = (*(name for name in WORK_TABLES if name not in required), "cube_dtype", "vector_op_bytes", "lead_tiles", "serial", "load_trips",
-                    "exposed_chunks", "unaligned")
+                    "exposed_chunks", "unaligned", "syncs")
         missing = [k for k in required if k not in raw]
         if missing:
             raise ScheduleError(f"schedule is missing {', '.join(missing)}")
@@ -189,6 +203,8 @@ class Schedule:
             raise ScheduleError("schedule lead may take away at most what every trip carries")
         if int(raw.get("load_trips", 1)) < 1 or int(raw.get("exposed_chunks", 1)) < 1:
             raise ScheduleError("schedule needs load_trips >= 1 and exposed_chunks >= 1")
+        if int(raw.get("syncs", 0)) < 0:
+            raise ScheduleError("schedule needs syncs >= 0")
         unknown_stages = set(raw.get("serial", ())) - set(STAGES)
         if unknown_stages:
             raise ScheduleError(f"schedule serial names unknown stages {sorted(unknown_stages)}")
@@ -205,6 +221,7 @@ class Schedule:
             load_trips=int(raw.get("load_trips", 1)), exposed_chunks=int(raw.get("exposed_chunks", 1)),
             unaligned={table: {k: float(v) for k, v in queues.items()}
                        for table, queues in raw.get("unaligned", {}).items()},
+            syncs=int(raw.get("syncs", 0)),
         )
 
     def bytes_per_tile(self, queues: tuple[str, ...]) -> float:
@@ -350,16 +367,18 @@ def _fill_seconds(first: _Trip, load_trips: int, first_load: Mapping[str, float]
 
 def _exposed_seconds(schedule: Schedule, chip: Chip, shared_per_byte: float) -> float:
     """Work no trip overlaps (the last tile's drain and epilogue): the cube core's part in turn,
-    then the vector side streaming its part in `exposed_chunks` chunks, pipelined across them."""
+    then `syncs` handshakes with the other cores, then the vector side streaming its part in
+    `exposed_chunks` chunks, pipelined across them."""
+    handshakes = schedule.syncs * chip.gm_sync_seconds
     if not schedule.exposed:
-        return 0.0
+        return handshakes
     stages = _stage_seconds(schedule.exposed, schedule.exposed_transfers, schedule, chip, shared_per_byte,
                             schedule.unaligned.get("exposed"))
     cube_side = sum(stages[name] for name in ("mte2_l1", "mte1", "cube", "fixpipe"))
     vector_side = [stages[name] for name in ("mte2_ub", "vector", "mte3")]
     chunks = schedule.exposed_chunks
     pipelined = sum(vector_side) / chunks + (chunks - 1) * max(vector_side) / chunks
-    return max(cube_side + pipelined, stages["gm"])
+    return max(cube_side + pipelined, stages["gm"]) + handshakes
 
 
 @dataclass(frozen=True)
