@@ -42,9 +42,8 @@ holds a chunk and not the whole tile. Unsplit, STAGING "output" has FIXPIPE cast
 to the output's dtype on its way to the workspace (as it does for a plain GEMM's output, and as an
 fp16 model rounds a MatMul before its Add), halving the epilogue's GM round trip for fp16.
 """
-ITEMSIZE = {"float16": 2, "float32": 4}
-ACTIVATION_VECTOR_OPS = {"none": 0, "relu": 1, "relu6": 2, "sigmoid": 4, "tanh": 5, "silu": 5, "gelu": 8,
-                         "gelu_tanh": 10}
+# include: cube_common
+
 EPILOGUE_ROWS_UNUSED = 64  # what a kernel without a vector epilogue keeps (one value: no duplicate configs)
 STAGING_UNUSED = "float32"  # likewise for STAGING
 
@@ -66,11 +65,6 @@ def _uses_vector(task, config):
 def _staging(task, config):
     """The dtype the accumulator crosses to the vector cores in: fp32, or the output's."""
     return task.outputs[0].dtype if config.get("STAGING", STAGING_UNUSED) == "output" else "float32"
-
-
-def _fractal(extent):
-    """The extent rounded up to the cube's 16-element fractal."""
-    return -(-extent // 16) * 16
 
 
 def _tile_grid(task, config):
@@ -340,23 +334,3 @@ def _tile_coords(tile, tiles_m, tiles_n, ALONG_M: tl.constexpr):
     else:
         row, column = tile // tiles_n, tile % tiles_n
     return row, column
-
-
-@triton.jit
-def _activate(x, ACTIVATION: tl.constexpr):
-    if ACTIVATION == "relu":
-        x = tl.maximum(x, 0.0)
-    elif ACTIVATION == "relu6":
-        x = tl.minimum(tl.maximum(x, 0.0), 6.0)
-    elif ACTIVATION == "sigmoid":
-        x = tl.sigmoid(x)
-    elif ACTIVATION == "tanh":
-        x = 2.0 * tl.sigmoid(2.0 * x) - 1.0
-    elif ACTIVATION == "silu":
-        x = x * tl.sigmoid(x)
-    elif ACTIVATION == "gelu":
-        x = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
-    elif ACTIVATION == "gelu_tanh":
-        inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
-        x = 0.5 * x * (1.0 + 2.0 * tl.sigmoid(2.0 * inner) - 1.0)
-    return x

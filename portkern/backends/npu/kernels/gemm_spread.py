@@ -25,6 +25,8 @@ aligned in GM (A's rows; B's with trans_b) move at the unaligned rate.
 import triton
 import triton.language as tl
 
+# include: cube_common
+
 KIND = "gemm"
 PRECISION = "fp32"
 # 1,944 configurations; only shapes whose output tiles x 2 parts fit the cube cores are offered it
@@ -36,9 +38,6 @@ SPACE = {"BLOCK_M": [16, 32, 64], "BLOCK_N": [128, 256], "BLOCK_K": [32, 64, 128
 DEFAULT = {"BLOCK_M": 64, "BLOCK_N": 256, "BLOCK_K": 32, "L1_STEPS": 2, "K_PARTS": 2, "EPILOGUE_ROWS": 32,
            "BUFFERS": 2}
 
-ITEMSIZE = {"float16": 2, "float32": 4}
-ACTIVATION_VECTOR_OPS = {"none": 0, "relu": 1, "relu6": 2, "sigmoid": 4, "tanh": 5, "silu": 5, "gelu": 8,
-                         "gelu_tanh": 10}
 GM_BEST = 512  # GM row starts aligned to this move at the full rate
 
 
@@ -47,10 +46,6 @@ def _problem(task):
     a, b = task.inputs[0], task.inputs[1]
     k = a.shape[-1]
     return a.numel // k, b.shape[0] if task.attr("trans_b", False) else b.shape[1], k
-
-
-def _fractal(extent):
-    return -(-extent // 16) * 16
 
 
 def _tiles(task, config):
@@ -168,26 +163,6 @@ def flags(task, config):
     """int32 arrival flags, one per output tile, zero before and after every launch."""
     tiles_m, tiles_n = _tiles(task, config)
     return tiles_m * tiles_n
-
-
-@triton.jit
-def _activate(x, ACTIVATION: tl.constexpr):
-    if ACTIVATION == "relu":
-        x = tl.maximum(x, 0.0)
-    elif ACTIVATION == "relu6":
-        x = tl.minimum(tl.maximum(x, 0.0), 6.0)
-    elif ACTIVATION == "sigmoid":
-        x = tl.sigmoid(x)
-    elif ACTIVATION == "tanh":
-        x = 2.0 * tl.sigmoid(2.0 * x) - 1.0
-    elif ACTIVATION == "silu":
-        x = x * tl.sigmoid(x)
-    elif ACTIVATION == "gelu":
-        x = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
-    elif ACTIVATION == "gelu_tanh":
-        inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
-        x = 0.5 * x * (1.0 + 2.0 * tl.sigmoid(2.0 * inner) - 1.0)
-    return x
 
 
 @triton.jit
