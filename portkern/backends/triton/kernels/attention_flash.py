@@ -66,8 +66,6 @@ def _flash_attention(q_ptr, k_ptr, v_ptr, k_desc, v_desc, mask_ptr, o_ptr, H, S,
                      HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, TMA: tl.constexpr,
                      K_TRANSPOSED: tl.constexpr):
     block = tl.program_id(0)
-    if CAUSAL:  # the longest query blocks (the last) start first, so the light ones fill the tail
-        block = tl.num_programs(0) - 1 - block
     b32 = tl.program_id(1) // H
     b = b32.to(tl.int64)
     h = tl.program_id(1) % H
