@@ -243,3 +243,48 @@ def test_pool_workers_sleep_soon_after_a_kernel() -> None:
     done = subprocess.run([sys.executable, "-c", _IDLE_CPU_AFTER_A_KERNEL], env=env, capture_output=True,
                           text=True, timeout=120, check=True)
     assert float(done.stdout.split()[-1]) < 0.03, done.stdout
+
+
+
+# the CPUs each thread that TVM's pool started may run on, and the process's, after a parallel kernel
+_POOL_WORKER_CPUS = """
+import os
+from pathlib import Path
+
+def cpus_of_threads():
+    found = {}
+    for tid in os.listdir("/proc/self/task"):
+        status = Path(f"/proc/self/task/{tid}/status").read_text()
+        found[tid] = next(l.split(":", 1)[1].strip() for l in status.splitlines() if l.startswith("Cpus_allowed_list"))
+    return found
+
+import tvm
+before = set(cpus_of_threads())
+from portkern import synthetic
+from portkern.backends import get_backend
+from portkern.backends.base import Candidate
+from portkern.hwprofile import load_target
+from portkern.verify import make_inputs
+backend = get_backend(load_target("cpu"))
+started = set(cpus_of_threads()) - before
+task = synthetic.layernorm_task(128, 256)
+variant = backend.variants(task)[0]
+program = backend.load(backend.compile(Candidate.of(variant, dict(variant.default, parallel=True)), task), task)
+program([backend.to_device(a) for a in make_inputs(task, 1, "normal")], [backend.empty(s, 0.0) for s in task.outputs])
+now = cpus_of_threads()
+print(now[str(os.getpid())], *sorted(now[tid] for tid in started))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="TVM starts no pool worker with one CPU to run on")
+def test_pool_workers_are_not_pinned() -> None:
+    """A worker pinned to one CPU waits out whatever else runs there (onnxruntime's default session
+    pins its own spinning worker to the same CPU): each parallel kernel then took a scheduler slice
+    (~4 ms for a 20 us LayerNorm, benchmarks/cpu/pool_affinity_probe.py --hog 1). The workers may
+    run on every CPU the process may, as the calling thread may."""
+    done = subprocess.run([sys.executable, "-c", _POOL_WORKER_CPUS], capture_output=True, text=True,
+                          timeout=120, check=True)
+    process, *workers = done.stdout.split()
+    assert workers, done.stdout
+    assert all(cpus == process for cpus in workers), done.stdout
