@@ -23,6 +23,33 @@ asleep, as after an onnxruntime stretch), and on the split demo BERT of split_co
 (LayerNorms and the 1x256 GEMMs on TVM) with onnxruntime and the unsplit session beside it.
 
     python benchmarks/cpu/pool_affinity_probe.py --rounds 9
+    python benchmarks/cpu/pool_affinity_probe.py --no-model --hog 1 --placements pinned,unbound,worker0
+
+Measured 2026-12-04 on the 2-core EPYC VM (one thread a core), default configs, medians (p10, p90)
+in ms; "paired" is the median over rounds of (the placement's round median / pinned's):
+
+  quiet host (--rounds 30/40, 4 placements):
+    LayerNorm hot:  pinned 0.012, unbound 0.009-0.013, worker0 0.013, caller0 0.007-0.008 (the
+                    co-location lead: caller and spinning worker on one CPU)
+    LayerNorm cold: pinned 0.025, unbound 0.020-0.036, worker0 0.016-0.020, caller0 0.030-0.039
+                    (p10 0.023-0.029 vs 0.014: waking a sleeping worker on the other vCPU costs
+                    ~15 us; with the caller on the worker's CPU the wake is local)
+    LayerNorm serial (parallel=False): 0.009 hot, 0.010 cold, whatever the placement
+    GEMM 128x1024x256 and conv 64x56x56 3x3: all placements within noise (paired 0.99-1.07)
+    split BERT (pk-split-tvm): paired unbound/pinned 0.99-1.15, host load too high to tell
+  a busy-looping process pinned to CPU 1 (--hog 1, 12 rounds):
+    LayerNorm cold: pinned 3.72 (3.60, 7.74), unbound 0.037 (0.015, 7.69), worker0 0.021 (0.014, 0.061)
+    GEMM cold:      pinned 7.69 (3.69, 11.7), unbound 3.70 (0.69, 11.4),  worker0 0.74 (0.69, 4.85)
+    conv cold:      pinned 13.0 (8.70, 19.7), unbound 7.16 (2.65, 17.8),  worker0 2.95 (2.61, 7.24)
+    (TVM hands task 1 to its worker and waits for it: a worker pinned beside a busy thread waits a
+    scheduler slice each time. onnxruntime's default session pins its worker to CPU 1 too, yet beside
+    the same hog it ran squeezenet as fast as a session with a free worker, paired 0.985: a guess,
+    its caller takes the work a late worker has not started)
+  the host loaded by other work (two runs, pinned vs unbound, 40 rounds): unbound paired 0.85-0.99
+    on every kernel (GEMM cold median 0.90 vs 1.62, conv hot p90 12.0 vs 18.7), split BERT 0.96.
+
+So portkern's _use_cores leaves the workers free (config_threadpool mode -3); caller0 wins only
+back to back, and cannot be adopted (threads the caller starts inherit its affinity).
 """
 from __future__ import annotations
 
