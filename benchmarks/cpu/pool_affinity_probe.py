@@ -28,7 +28,8 @@ asleep, as after an onnxruntime stretch), and on the split demo BERT of split_co
 Measured 2026-12-04 on the 2-core EPYC VM (one thread a core), default configs, medians (p10, p90)
 in ms; "paired" is the median over rounds of (the placement's round median / pinned's):
 
-  quiet host (--rounds 30/40, 4 placements):
+  no hog (--rounds 30/40, 4 placements; another session's work shared the host, the model ran
+  at 1-3x its quiet 3.4 ms):
     LayerNorm hot:  pinned 0.012, unbound 0.009-0.013, worker0 0.013, caller0 0.007-0.008 (the
                     co-location lead: caller and spinning worker on one CPU)
     LayerNorm cold: pinned 0.025, unbound 0.020-0.036, worker0 0.016-0.020, caller0 0.030-0.039
@@ -36,7 +37,7 @@ in ms; "paired" is the median over rounds of (the placement's round median / pin
                     ~15 us; with the caller on the worker's CPU the wake is local)
     LayerNorm serial (parallel=False): 0.009 hot, 0.010 cold, whatever the placement
     GEMM 128x1024x256 and conv 64x56x56 3x3: all placements within noise (paired 0.99-1.07)
-    split BERT (pk-split-tvm): paired unbound/pinned 0.99-1.15, host load too high to tell
+    split BERT (pk-split-tvm): paired unbound/pinned 0.99-1.15, too noisy to tell
   a busy-looping process pinned to CPU 1 (--hog 1, 12 rounds):
     LayerNorm cold: pinned 3.72 (3.60, 7.74), unbound 0.037 (0.015, 7.69), worker0 0.021 (0.014, 0.061)
     GEMM cold:      pinned 7.69 (3.69, 11.7), unbound 3.70 (0.69, 11.4),  worker0 0.74 (0.69, 4.85)

@@ -91,8 +91,10 @@ def _use_cores(cores: int) -> None:
     busy thread on CPU 1 (there onnxruntime's default session pins its worker, which spins ~50 ms
     after a run), a 128x256 LayerNorm took median 3.7 ms with the worker pinned to CPU 1 vs 0.04 ms
     free (p10 3.6 vs 0.015), a 128x1024x256 GEMM 7.7 vs 3.7 ms (p10 3.7 vs 0.69), a 64-channel 3x3
-    conv at 56x56 13.0 vs 7.2 ms (p10 8.7 vs 2.6); on a quiet host the two agree within noise
-    (round-by-round ratio free/pinned: GEMM and conv 0.98-1.01, LayerNorm 0.92-1.1).
+    conv at 56x56 13.0 vs 7.2 ms (p10 8.7 vs 2.6); without that thread the two agree within noise
+    (round-by-round ratio free/pinned: GEMM and conv 0.98-1.01, LayerNorm 0.92-1.1). Pinning the
+    calling thread away from the worker wins only back to back (LayerNorm 7 vs 12 us) and loses
+    when the worker sleeps between kernels, as in a model (30-39 vs 25 us: a cross-CPU wake-up).
     """
     os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", str(POOL_SPIN_COUNT))
     cpus = sorted(os.sched_getaffinity(0))[:cores] if hasattr(os, "sched_getaffinity") else list(range(cores))
