@@ -501,11 +501,13 @@ def _end_to_end(model_path: Path, graph: Graph, backend: Backend, target: Target
         return max(errors), session
 
     def drop_all(kept: list[TaskOutcome], with_them: float, alone: float) -> list[TaskOutcome]:
-        """None of the winners ship: together they cost the model more than they save."""
+        """None of the winners ship: together they cost the model more than they save (or, on a
+        second look, save nothing)."""
+        verdict = "runs faster on the baseline alone" if alone < with_them else "runs no faster with them"
         for outcome in kept:
-            outcome.status = (f"dropped: the model runs faster on the baseline alone "
-                              f"({with_them * 1e3:.3g} -> {alone * 1e3:.3g} ms)")
-        say(f"end-to-end: the model runs faster without the {len(kept)} remaining kernels: dropped")
+            outcome.status = f"dropped: the model {verdict} ({with_them * 1e3:.3g} -> {alone * 1e3:.3g} ms)"
+        say(f"end-to-end: the model {verdict.replace('them', 'the winners')}: the {len(kept)} remaining kernels "
+            f"dropped")
         return []
 
     kept = [o for o in outcomes if o.status.startswith("kept")]
@@ -568,9 +570,12 @@ def _end_to_end(model_path: Path, graph: Graph, backend: Backend, target: Target
         times = timed(session)
         if kept and times["portkern"] > times["backend_baseline"] * (1 + E2E_NOISE):
             # the passes above decide on a few noisy runs each: when the final timing says the
-            # model is slower with the winners, a second look that agrees drops them all
-            slower, with_them, alone = faster_without(kept, [])
-            if slower:
+            # model is slower with the winners, they ship only if a second look finds the model
+            # faster with them. (Asking the second look to agree, slower beyond noise too, shipped
+            # bert-mini's LayerNorm with the final timing at 8.58 ms with it vs 3.66 ms without;
+            # the model then ran 1.25x onnxruntime: models-cpu-2026-12-04-pool-spin.json.)
+            _, with_them, alone = faster_without(kept, [])
+            if with_them >= alone:
                 kept = drop_all(kept, with_them, alone)
                 error, session = check(kept)
                 times = timed(session)

@@ -64,8 +64,10 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--out", default="models.json")
+    parser.add_argument("--keep", help="keep the models and packs in this folder (default: a temporary one, removed)")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="pk-models-"))
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="pk-models-"))
+    work.mkdir(parents=True, exist_ok=True)
     rows = []
     for name in args.models.split(","):
         path, shapes = model_file(name, work)
@@ -100,7 +102,8 @@ def main() -> int:
             "method": f"median of 3 alternating blocks of {args.rounds} runs each (0.2 s pause between), "
                       "portkern and onnxruntime in one process, same feeds",
             "rows": rows}, indent=1, default=str))
-    shutil.rmtree(work, ignore_errors=True)
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
     ratios = [r["ratio_portkern_over_onnxruntime"] for r in rows]
     print(f"geomean portkern/onnxruntime latency: {float(np.exp(np.mean(np.log(ratios)))):.2f}x")
     return 0

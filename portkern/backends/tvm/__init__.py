@@ -65,8 +65,10 @@ def _variant_name(template: types.ModuleType) -> str:
     return "tvm_" + template.__name__.removeprefix(f"{__name__}.").replace(".", "_")
 
 
-# runtime.config_threadpool's AffinityMode: worker i pinned to the i-th listed CPU
-_ONE_CORE_PER_THREAD = -2
+# runtime.config_threadpool's AffinityMode: every worker (and the calling thread) may run on any
+# listed CPU (kSpecifyThreadShareAllCore); -2 (kSpecifyOneCorePerThread) pins worker i to the
+# (i+1)-th listed CPU instead, the calling thread running task 0 wherever it is
+_THREADS_SHARE_CORES = -3
 # sched_yield rounds a TVM pool worker waits for the next parallel loop before it sleeps (~0.7 us
 # each on the 2-core host: ~90 us). TVM's default, 300000, kept the worker busy ~200 ms after
 # every kernel on its pinned core, where onnxruntime's threads then ran the model's next stretch:
@@ -75,18 +77,28 @@ POOL_SPIN_COUNT = 128
 
 
 def _use_cores(cores: int) -> None:
-    """Run parallel loops on exactly `cores` threads, one per CPU this process may use, whose
-    workers sleep soon after a kernel (POOL_SPIN_COUNT) unless TVM_THREAD_POOL_SPIN_COUNT says
-    otherwise. TVM reads that once, when its first worker starts: a process that ran a parallel
-    TVM loop before any TvmBackend existed keeps the spin count it started with.
+    """Run parallel loops on exactly `cores` threads (the calling thread and `cores - 1` TVM
+    workers), every one free to run on any CPU this process may use, whose workers sleep soon after
+    a kernel (POOL_SPIN_COUNT) unless TVM_THREAD_POOL_SPIN_COUNT says otherwise. TVM reads that
+    once, when its first worker starts: a process that ran a parallel TVM loop before any
+    TvmBackend existed keeps the spin count (and the one-thread pool) it started with.
 
     TVM's default halves the logical CPU count on x86 (it assumes hyper-threads), so on a 2-core
-    host every parallel loop would run on one thread. Measured on this host under load, pinned
-    threads (median 1.9-3.8 ms on a ResNet 3x3 conv) beat threads sharing all cores (3.9 ms).
+    host every parallel loop would run on one thread. Workers are not pinned (they were, one per
+    CPU, until 2026-12-04): a pinned worker waits out whatever else runs on its CPU, and each
+    parallel kernel waits for it. Measured on the 2-core EPYC VM (benchmarks/cpu/
+    pool_affinity_probe.py, one process, placements in alternating rounds, default configs): with a
+    busy thread on CPU 1 (there onnxruntime's default session pins its worker, which spins ~50 ms
+    after a run), a 128x256 LayerNorm took median 3.7 ms with the worker pinned to CPU 1 vs 0.04 ms
+    free (p10 3.6 vs 0.015), a 128x1024x256 GEMM 7.7 vs 3.7 ms (p10 3.7 vs 0.69), a 64-channel 3x3
+    conv at 56x56 13.0 vs 7.2 ms (p10 8.7 vs 2.6); without that thread the two agree within noise
+    (round-by-round ratio free/pinned: GEMM and conv 0.98-1.01, LayerNorm 0.92-1.1). Pinning the
+    calling thread away from the worker wins only back to back (LayerNorm 7 vs 12 us) and loses
+    when the worker sleeps between kernels, as in a model (30-39 vs 25 us: a cross-CPU wake-up).
     """
     os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", str(POOL_SPIN_COUNT))
     cpus = sorted(os.sched_getaffinity(0))[:cores] if hasattr(os, "sched_getaffinity") else list(range(cores))
-    get_global_func("runtime.config_threadpool")(_ONE_CORE_PER_THREAD, len(cpus), [str(c) for c in cpus])
+    get_global_func("runtime.config_threadpool")(_THREADS_SHARE_CORES, len(cpus), [str(c) for c in cpus])
 
 
 def _host_cpu_model() -> str:
