@@ -177,27 +177,26 @@ def main() -> int:
             rounds.append([])
         rounds[r].append(seconds)
 
+    def timed(run: Callable[[], object], key: str, calls: int, before: Callable[[], object] | None = None) -> None:
+        """`calls` timed runs of `run` into `key`, each after `before` (untimed) if given."""
+        for _ in range(calls):
+            if before is not None:
+                before()
+            start = time.perf_counter()
+            run()
+            record(key, time.perf_counter() - start)
+
     for r in range(args.rounds):
         order = list(chosen) if r % 2 == 0 else list(reversed(chosen))
         for name in order:
             place(name)
             for label, run in programs.items():
                 run()
-                for _ in range(args.calls):
-                    start = time.perf_counter()
-                    run()
-                    record(f"{label} hot|{name}", time.perf_counter() - start)
-                for _ in range(args.calls // 2):
-                    busy(3e-4)
-                    start = time.perf_counter()
-                    run()
-                    record(f"{label} cold|{name}", time.perf_counter() - start)
+                timed(run, f"{label} hot|{name}", args.calls)
+                timed(run, f"{label} cold|{name}", args.calls // 2, lambda: busy(3e-4))
             for label, run in model_runners.items():
                 run()
-                for _ in range(args.per_round):
-                    start = time.perf_counter()
-                    run()
-                    record(f"{label}|{name}", time.perf_counter() - start)
+                timed(run, f"{label}|{name}", args.per_round)
                 time.sleep(args.pause)  # a default onnxruntime session's worker spins ~50 ms after a run
             time.sleep(args.pause)
     place("unbound")
