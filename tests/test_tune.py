@@ -2,6 +2,7 @@
 gate, whole-model check against onnxruntime, pack, run with the pack; kill -9 and --resume."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -21,6 +22,7 @@ import portkern
 from portkern.measure import MeasureOptions
 from portkern.models import random_feeds
 from portkern.search.records import RecordLog
+from portkern.tuner import print_summary
 
 FAST = MeasureOptions(warmup=1, repeats=3, input_sets=2)
 
@@ -58,6 +60,16 @@ def test_tune_pack_run(tmp_path: Path) -> None:
     records = list(RecordLog(report.work_dir / "records.jsonl"))
     assert len(records) == sum(o.result.measured + o.result.invalid for o in tuned)
     assert all(r.status in ("ok", "invalid", "compile_error", "runtime_error", "timeout", "rejected") for r in records)
+    # the summary shows a rechecked winner's side-by-side times, the ones its speedup comes from
+    summary = io.StringIO()
+    print_summary(report, summary)
+    rechecked = [o for o in report.outcomes if o.recheck]
+    assert rechecked
+    for outcome in rechecked:
+        row = next(line for line in summary.getvalue().splitlines() if line.startswith(outcome.profile.task.label[:48]))
+        for seconds in (outcome.recheck["baseline_seconds"], outcome.recheck["seconds"]):
+            assert f"{seconds * 1e3:.4g} ms" in row
+        assert f"{outcome.recheck['speedup']:.2f}x" in row
     pack = portkern.load_pack(tmp_path / "small.pkpack")
     kept = [o for o in report.outcomes if o.status.startswith("kept")]
     assert set(pack.entries) == {o.profile.task.key for o in kept}
