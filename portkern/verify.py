@@ -6,7 +6,9 @@ of those doors; the verdict keeps the evidence (seeds, distributions, errors, to
 
   1. float64 reference (the task's own subgraph, by Backend.reference: the host executor, or a
      backend's float64 runtime of the same ONNX semantics), tolerance from the declared precision
-     and dtype
+     and dtype; an output over it is held instead to a multiple of the problem's own sensitivity at
+     that dtype (an ill-conditioned check, e.g. attention with huge logits, where correct float32
+     arithmetic misses the tolerance), which still rejects narrower arithmetic
   2. fresh random inputs per check, several seeds and distributions, never zeros; then new values
      written in place at the same addresses (pointer/shape caches return stale answers and fail)
   3. outputs poisoned (NaN) in fresh memory each run, with the reference output alive on the device
@@ -22,7 +24,7 @@ of those doors; the verdict keeps the evidence (seeds, distributions, errors, to
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
@@ -41,6 +43,15 @@ TOLERANCE = {
 # A local error (one bad tile, a wrong tail) hides in the L2 norm; the largest single error,
 # relative to the output's scale, is held to this multiple of the L2 tolerance.
 MAX_ERROR_FACTOR = 20.0
+# Some checks are ill-conditioned at the task's precision: attention on the 'large' inputs has logits
+# near 900, and a plain float32 evaluation misses its float64 reference by up to 1.5e-5 rel L2 (numpy,
+# 2026-12-04), over the 1e-5 of fp32. Where an output fails its tolerance, it is held instead to
+# SENSITIVITY_FACTOR x the problem's own sensitivity: how far the float64 reference moves when every
+# float input moves by up to one unit roundoff of its dtype. A float32 evaluation's error measured 4-30x
+# that on attention (normal, negative, large) and 7-70x on GEMMs, whose sensitivity stays far below
+# their tolerance; a kernel computing in a narrower precision misses by ~1e-3, far beyond it.
+SENSITIVITY_FACTOR = 32.0
+UNIT_ROUNDOFF = {"float32": 2.0 ** -24, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
 FLOOR_SLACK = 0.9  # a time under 90% of the floor is impossible given measured ceilings
 
 
@@ -232,12 +243,18 @@ def _run_once(backend: Backend, program: Program, task: Task, inputs: list[Any],
     return [backend.to_host(out) for out in outputs]
 
 
-def _check_against(host: list[np.ndarray], refs: list[np.ndarray], tol: float,
-                   label: dict[str, Any]) -> dict[str, Any]:
-    """Every output against its reference; the first output's errors are the evidence kept."""
+def _check_against(backend: Backend, task: Task, host: Sequence[np.ndarray], indices: Sequence[int],
+                   reference: _Reference, tol: float, label: dict[str, Any]) -> dict[str, Any]:
+    """Outputs `indices` against their references; the first output's errors are the evidence kept.
+    An output over the tolerance gets the problem's own sensitivity as a second measure."""
     evidence: dict[str, Any] = {}
-    for index, (out, ref) in enumerate(zip(host, refs)):
+    for index, out in zip(indices, host, strict=True):
+        ref = reference.refs[index]
         result = compare(out, ref, tol)
+        if not result["passed"] and "rel_l2" in result:  # a numeric miss, not NaNs or a wrong shape
+            sensitivity = reference.sensitivity(backend, task)[index]
+            if SENSITIVITY_FACTOR * sensitivity > tol:
+                result = {**compare(out, ref, SENSITIVITY_FACTOR * sensitivity), "sensitivity": sensitivity}
         if not result["passed"]:
             raise _Failed({**label, "output": index, **result})
         evidence = evidence or result
@@ -251,10 +268,26 @@ class _Reference:
     inputs: list[np.ndarray]
     refs: list[np.ndarray]  # float32 (rounding 6e-8, far below any tolerance), float64 for float64 outputs
     answers: list[np.ndarray]  # refs in the outputs' dtypes: what a kernel handing back stale memory finds
+    seed: int
+    _sensitivities: list[float] = field(default_factory=list, compare=False)  # filled on first use
 
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in (*self.inputs, *self.refs, *self.answers))
+
+    def sensitivity(self, backend: Backend, task: Task) -> list[float]:
+        """Per output, the relative L2 change of the float64 reference when every float input is
+        scaled by 1 + r u, r uniform in [-1, 1], u its dtype's unit roundoff (measured against the
+        stored float32 reference, whose own rounding, ~3e-8, only adds to it). One more reference
+        run, made only when an output misses its tolerance."""
+        if not self._sensitivities:
+            rng = np.random.default_rng(self.seed + 7919)
+            moved = [array.astype(np.float64) * (1.0 + UNIT_ROUNDOFF[spec.dtype] * rng.uniform(-1.0, 1.0, array.shape))
+                     if spec.dtype in UNIT_ROUNDOFF else array for array, spec in zip(self.inputs, task.inputs)]
+            for out, ref in zip(backend.reference(task, moved), self.refs):
+                scale = _norm(np.ravel(ref).astype(np.float64)) or 1.0
+                self._sensitivities.append(_norm(np.ravel(np.asarray(out, np.float64) - ref)) / scale)
+        return self._sensitivities
 
 
 class _ReferenceCache:
@@ -273,7 +306,7 @@ class _ReferenceCache:
         refs = [r if spec.dtype == "float64" else r.astype(np.float32)
                 for r, spec in zip(backend.reference(task, inputs), task.outputs)]
         answers = [r.astype(_numpy_dtype(spec.dtype)) for r, spec in zip(refs, task.outputs)]
-        item = _Reference(inputs, refs, answers)
+        item = _Reference(inputs, refs, answers, seed)
         if item.nbytes <= self.max_bytes:
             while self._items and sum(i.nbytes for i in self._items.values()) + item.nbytes > self.max_bytes:
                 self._items.pop(next(iter(self._items)))
@@ -290,7 +323,7 @@ def _check_one(backend: Backend, program: Program, task: Task, tol: float, seed:
     reference = _references.get(backend, task, seed, distribution)
     inputs = [backend.to_device(a) for a in reference.inputs]
     first = _run_once(backend, program, task, inputs, reference, {**label, "run": "fresh"})
-    evidence = _check_against(first, reference.refs, tol, {**label, "run": "fresh"})
+    evidence = _check_against(backend, task, first, range(len(first)), reference, tol, {**label, "run": "fresh"})
     second = _run_once(backend, program, task, inputs, reference, {**label, "run": "repeat"})
     for index, (a, b) in enumerate(zip(first, second)):
         if same_bits(a, b):
@@ -299,13 +332,14 @@ def _check_one(backend: Backend, program: Program, task: Task, tol: float, seed:
         if not agree["passed"]:
             raise _Failed({**label, "run": "repeat", "output": index, "passed": False,
                            "reason": f"two runs on the same inputs disagree: {agree['reason']}"})
-        _check_against([b], [reference.refs[index]], tol, {**label, "run": "repeat"})
+        _check_against(backend, task, [b], [index], reference, tol, {**label, "run": "repeat"})
     # new values at the same addresses: a cache keyed by pointer or shape returns stale results
     fresh = _references.get(backend, task, new_seed, new_distribution)
     for buffer, array in zip(inputs, fresh.inputs):
         backend.copy_into(buffer, array)
     label_fresh = {**label, "run": f"in-place new values (seed {new_seed}, {new_distribution})"}
-    _check_against(_run_once(backend, program, task, inputs, fresh, label_fresh), fresh.refs, tol, label_fresh)
+    host = _run_once(backend, program, task, inputs, fresh, label_fresh)
+    _check_against(backend, task, host, range(len(host)), fresh, tol, label_fresh)
     return [{**label, "passed": True, "runs": ["fresh", "repeat", "in-place new values"],
              **{k: v for k, v in evidence.items() if k != "passed"}}]
 
