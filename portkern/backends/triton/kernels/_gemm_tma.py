@@ -19,14 +19,14 @@ def _sms_problem(config, target):
 def shared_memory(task, config):
     """num_stages x (A tile + B tile) for the TMA ring, plus the output tile a TMA store stages."""
     ring = config["num_stages"] * (config["BLOCK_M"] + config["BLOCK_N"]) * config["BLOCK_K"] * _item_bytes(task)
-    out_tile = config["BLOCK_M"] * config["BLOCK_N"] * _item_bytes(task, task.outputs[0])
+    out_tile = config["BLOCK_M"] * config["BLOCK_N"] * _dtype_bytes(task.outputs[0].dtype)
     return ring + (out_tile if config["TMA_STORE"] else 0)
 
 
 def _store_problem(task, config):
     """A TMA store needs the output's rows 16-byte aligned."""
     out = task.outputs[0]
-    if config["TMA_STORE"] and out.shape[-1] * _item_bytes(task, out) % _ROW_BYTES:
+    if config["TMA_STORE"] and not _row_aligned(out.shape[-1], out.dtype):
         return f"TMA_STORE: output rows of {out.shape[-1]} {out.dtype} are not {_ROW_BYTES}-byte aligned"
     return None
 

@@ -1,12 +1,5 @@
 # --- included from _tma.py: what the tensor memory accelerator needs of a GEMM's operands ---
-_ROW_BYTES = 16  # TMA: every row stride (and the base) 16-byte aligned
-
-
-def _tma_arch_problem(target):
-    arch = target.profile.arch
-    if not (arch.startswith("sm_") and int(arch[3:]) >= 90):
-        return f"TMA needs sm_90 or newer, the target is {arch}"
-    return None
+# include: tma_rules
 
 
 def _tma_dtype_problem(task):
@@ -16,18 +9,16 @@ def _tma_dtype_problem(task):
     return None
 
 
-def _item_bytes(task, spec=None):
-    """Bytes per element of A (or of `spec`, e.g. the output)."""
-    return 4 if (spec or task.inputs[0]).dtype == "float32" else 2
+def _item_bytes(task):
+    return _dtype_bytes(task.inputs[0].dtype)
 
 
 def _misaligned_rows(task):
     """Row lengths (in elements) of A and B whose rows are not 16-byte aligned: () if TMA can read
     the operands where they are."""
-    item = _item_bytes(task)
     _, N, K = _gemm_dims(task)
     row_elements = (K,) if task.attr("trans_b", False) else (K, N)
-    return tuple(n for n in row_elements if n * item % _ROW_BYTES)
+    return tuple(n for n in row_elements if not _row_aligned(n, task.inputs[0].dtype))
 
 
 def _tma_problem(task, target):

@@ -16,6 +16,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 # include: attention_core
+# include: tma_rules
 
 KIND = "attention"
 PRECISION = "fp32"
@@ -28,15 +29,15 @@ def _tma_kv_problem(task, target):
     """Why K and V cannot be read through TMA descriptors, or None: TMA needs sm_90, each buffer's
     last axis the one the kernel reads contiguously (d, or s of a transposed K), and its rows
     16-byte aligned."""
-    arch = target.profile.arch
-    if not (arch.startswith("sm_") and int(arch[3:]) >= 90):
-        return f"TMA needs sm_90 or newer, the target is {arch}"
+    problem = _tma_arch_problem(target)
+    if problem:
+        return problem
     for index, name in ((1, "k"), (2, "v")):
         spec = task.inputs[index]
         if _perm(task, index)[3] != 3:
             return f"TMA: {name}'s buffer is not read along its last axis"
-        if spec.shape[-1] * (4 if spec.dtype == "float32" else 2) % 16:
-            return f"TMA: rows of {name} ({spec.shape[-1]} x {spec.dtype}) are not 16-byte aligned"
+        if not _row_aligned(spec.shape[-1], spec.dtype):
+            return f"TMA: rows of {name} ({spec.shape[-1]} x {spec.dtype}) are not {_ROW_BYTES}-byte aligned"
     return None
 
 
@@ -91,7 +92,7 @@ def launch(task, config, inputs, outputs):
     grid = (triton.cdiv(p.seq, config["BLOCK_M"]), p.batch * p.heads)
     # without TMA the descriptor slots take a placeholder pointer the kernel never reads
     k_desc, v_desc = _kv_descriptors(p, config["BLOCK_N"]) if config["TMA"] else p.tensors[1:3]
-    _flash_attention[grid](*p.tensors[:3], k_desc, v_desc, p.mask, out, p.heads, p.seq, p.seq_kv, p.head_dim, p.scale_log2,
-                           *p.strides, *out.stride(), BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"],
+    _flash_attention[grid](*p.tensors[:3], k_desc, v_desc, p.mask, out, p.heads, p.seq, p.seq_kv, p.head_dim,
+                           p.scale_log2, *p.strides, *out.stride(), BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"],
                            **p.flags, TMA=config["TMA"], K_TRANSPOSED=p.k_transposed,
                            num_warps=config["num_warps"], num_stages=config["num_stages"])
