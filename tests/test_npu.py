@@ -785,7 +785,7 @@ def test_check_rejects_spread_configs_the_chip_cannot_run(npu: NpuBackend) -> No
 
 @pytest.mark.parametrize("broken", [
     ("tl.atomic_xchg(flags_ptr + tile, 0)", "pass"),
-    ("for p in range(0, PARTS):", "for p in range(0, PARTS - 1):"),
+    ("for part in range(1, PARTS):", "for part in range(2, PARTS):"),
 ], ids=["leaves-its-flag-set", "sums-one-part-too-few"])
 def test_the_gate_sees_a_wrong_handshake(npu: NpuBackend, broken: tuple[str, str]) -> None:
     """A spread kernel that leaves a flag set (the next launch would miscount) or drops a partial

@@ -1,4 +1,4 @@
-# --- included from _cube_common.py: what every cube kernel shares (item sizes, the fractal, activations) ---
+# --- included from _cube_common.py: what every cube kernel shares (item sizes, the fractal, activations, the vector epilogue) ---
 ITEMSIZE = {"float16": 2, "float32": 4}
 ACTIVATION_VECTOR_OPS = {"none": 0, "relu": 1, "relu6": 2, "sigmoid": 4, "tanh": 5, "silu": 5, "gelu": 8,
                          "gelu_tanh": 10}
@@ -27,3 +27,24 @@ def _activate(x, ACTIVATION: tl.constexpr):
         inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
         x = 0.5 * x * (1.0 + 2.0 * tl.sigmoid(2.0 * inner) - 1.0)
     return x
+
+
+@triton.jit
+def _vector_epilogue(tile_sum, residual_ptr, out_ptr, row0, rn, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     EPILOGUE_ROWS: tl.constexpr, PARTS: tl.constexpr, ACTIVATION: tl.constexpr,
+                     HAS_RESIDUAL: tl.constexpr):
+    """The vector cores' part: a tile's sum from the workspace (the sum of PARTS partial tiles
+    stored one after another, in order), one UB chunk of rows at a time."""
+    for r0 in range(0, tl.minimum(BLOCK_M, M - row0), EPILOGUE_ROWS):
+        rows = r0 + tl.arange(0, EPILOGUE_ROWS)
+        chunk = rows[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+        x = tl.load(tile_sum + chunk).to(tl.float32)
+        for part in range(1, PARTS):
+            x += tl.load(tile_sum + part * BLOCK_M * BLOCK_N + chunk).to(tl.float32)
+        x = _activate(x, ACTIVATION)
+        rm = row0 + rows
+        inside = (rm < M)[:, None] & (rn < N)[None, :]
+        offsets = rm[:, None] * N + rn[None, :]
+        if HAS_RESIDUAL:
+            x += tl.load(residual_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
+        tl.store(out_ptr + offsets, x.to(out_ptr.dtype.element_ty), mask=inside)

@@ -72,22 +72,6 @@ def workspace(task, config):
 
 
 @triton.jit
-def _vector_epilogue(tile_sum, residual_ptr, out_ptr, row0, rn, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     EPILOGUE_ROWS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
-    """The vector cores' part: a tile's finished sum from the workspace, one UB chunk of rows at a time."""
-    for r0 in range(0, tl.minimum(BLOCK_M, M - row0), EPILOGUE_ROWS):
-        rows = r0 + tl.arange(0, EPILOGUE_ROWS)
-        x = tl.load(tile_sum + rows[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]).to(tl.float32)
-        x = _activate(x, ACTIVATION)
-        rm = row0 + rows
-        inside = (rm < M)[:, None] & (rn < N)[None, :]
-        offsets = rm[:, None] * N + rn[None, :]
-        if HAS_RESIDUAL:
-            x += tl.load(residual_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
-        tl.store(out_ptr + offsets, x.to(out_ptr.dtype.element_ty), mask=inside)
-
-
-@triton.jit
 def _tile_start(tile, tiles_m, tiles_n, bias_ptr, N, k_lo, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 ALONG_M: tl.constexpr, HAS_BIAS: tl.constexpr):
     """A tile's rows, columns and fresh accumulator (the bias table initialises L0C, first slice only)."""
@@ -151,7 +135,7 @@ def _tile_finish(acc, tile_sum, residual_ptr, out_ptr, tile_m, rm, rn, k_lo, M, 
             tl.atomic_add(tile_sum + tile_offsets, acc)
         if k_lo + K_DEPTH >= K:
             _vector_epilogue(tile_sum, residual_ptr, out_ptr, tile_m * BLOCK_M, rn, M, N, BLOCK_M, BLOCK_N,
-                             EPILOGUE_ROWS, ACTIVATION, HAS_RESIDUAL)
+                             EPILOGUE_ROWS, 1, ACTIVATION, HAS_RESIDUAL)
     else:
         tl.store(out_ptr + rm[:, None] * N + rn[None, :], acc.to(out_ptr.dtype.element_ty),
                  mask=(rm < M)[:, None] & (rn < N)[None, :])

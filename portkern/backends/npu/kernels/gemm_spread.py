@@ -195,20 +195,8 @@ def _gemm_parts(a_ptr, b_ptr, bias_ptr, residual_ptr, out_ptr, ws_ptr, flags_ptr
     tl.store(ws_ptr + pid * BLOCK_M * BLOCK_N + tile_offsets, acc)
     arrived = tl.atomic_add(flags_ptr + tile, 1, sem="acq_rel")  # release: the partial is visible first
     if arrived == PARTS - 1:  # the last part: its vector cores finish the tile from every slot
-        row0 = tile_m * BLOCK_M
-        for r0 in range(0, tl.minimum(BLOCK_M, M - row0), EPILOGUE_ROWS):
-            rows = r0 + tl.arange(0, EPILOGUE_ROWS)
-            chunk = rows[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-            x = tl.zeros((EPILOGUE_ROWS, BLOCK_N), dtype=tl.float32)
-            for p in range(0, PARTS):
-                x += tl.load(ws_ptr + (tile * PARTS + p) * BLOCK_M * BLOCK_N + chunk)
-            x = _activate(x, ACTIVATION)
-            rm_chunk = row0 + rows
-            inside = (rm_chunk < M)[:, None] & (rn < N)[None, :]
-            offsets = rm_chunk[:, None] * N + rn[None, :]
-            if HAS_RESIDUAL:
-                x += tl.load(residual_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
-            tl.store(out_ptr + offsets, x.to(out_ptr.dtype.element_ty), mask=inside)
+        _vector_epilogue(ws_ptr + tile * PARTS * BLOCK_M * BLOCK_N, residual_ptr, out_ptr, tile_m * BLOCK_M, rn, M, N,
+                         BLOCK_M, BLOCK_N, EPILOGUE_ROWS, PARTS, ACTIVATION, HAS_RESIDUAL)
         tl.atomic_xchg(flags_ptr + tile, 0)  # as found, for the next launch
 
 
