@@ -41,7 +41,7 @@ from portkern.runtime import Session
 from portkern.search.records import Measurement, Verdict
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "models"))
-from tune_models import model_file  # noqa: E402
+from tune_models import model_file, run_header  # noqa: E402
 
 
 def main() -> int:
@@ -104,7 +104,7 @@ def main() -> int:
             by_round[name].append(float(np.median(block)))
             time.sleep(args.pause)
 
-    result: dict[str, Any] = {"model": args.model, "argv": sys.argv, "runners": {}}
+    result: dict[str, Any] = {**run_header(backend.fingerprint()), "model": args.model, "runners": {}}
     print(f"{args.model}: {len(entries)} winners; statuses from the tune:")
     for key, info in winners.items():
         print(f"  {by_key[key].label} x{info['count']}: best {info['best_seconds'] * 1e3:.3f} ms vs baseline "

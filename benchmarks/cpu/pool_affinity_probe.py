@@ -231,7 +231,10 @@ def main() -> int:
               f"  n {row['n']}" + (f"  vs pinned by round (q25 median q75) {paired['q25']} {paired['median']} "
                                    f"{paired['q75']}" if paired else ""))
     if args.json:
-        Path(args.json).write_text(json.dumps({"argv": sys.argv, "times": result}, indent=1))
+        sys.path.insert(0, str(Path(__file__).parent.parent / "models"))
+        from tune_models import run_header
+
+        Path(args.json).write_text(json.dumps({**run_header(backend.fingerprint()), "times": result}, indent=1))
     return 0
 
 

@@ -31,6 +31,13 @@ BERTS = {  # name -> export_bert arguments (random init; shapes of real small en
 }
 
 
+def run_header(fingerprint: dict[str, str]) -> dict[str, Any]:
+    """When, how and on what a CPU result was measured: the head of every result file here."""
+    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "command": " ".join(sys.argv),
+            "device": {"host": platform.node(), "cpu": platform.processor() or platform.machine(), **fingerprint},
+            "onnxruntime": ort.__version__}
+
+
 def model_file(name: str, folder: Path) -> tuple[Path, dict[str, tuple[int, ...]]]:
     if name in BERTS:
         return export_bert(folder, **BERTS[name]), {"input_ids": (1, BERTS[name]["seq"])}
@@ -95,10 +102,7 @@ def main() -> int:
               f"rel err {error:.1e}", flush=True)
         Path(args.out).write_text(json.dumps({
             "benchmark": "whole-model latency with a tuned pack vs onnxruntime (CPU provider)",
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "command": " ".join(sys.argv),
-            "device": {"host": platform.node(), "cpu": platform.processor() or platform.machine(),
-                       **report.fingerprint},
-            "onnxruntime": ort.__version__,
+            **run_header(report.fingerprint),
             "method": f"median of 3 alternating blocks of {args.rounds} runs each (0.2 s pause between), "
                       "portkern and onnxruntime in one process, same feeds",
             "rows": rows}, indent=1, default=str))
