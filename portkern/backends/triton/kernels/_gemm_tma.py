@@ -3,11 +3,11 @@
 
 # include: tma
 
-SPACE = {"BLOCK_M": [64, 128, 256], "BLOCK_N": [64, 128, 256], "N_PARTS": [1, 3], "BLOCK_K": [32, 64, 128],
+SPACE = {"BLOCK_M": [64, 128, 256], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128],
          "GROUP_M": [1, 8, 16], "NUM_SMS": [58, 108, 132, 304], "FLATTEN": [False, True],
          "TMA_STORE": [False, True], "num_warps": [4, 8], "num_stages": [2, 3, 4, 5]}
-DEFAULT = {"BLOCK_M": 128, "BLOCK_N": 256, "N_PARTS": 1, "BLOCK_K": 64, "GROUP_M": 8, "NUM_SMS": 132,
-           "FLATTEN": True, "TMA_STORE": False, "num_warps": 8, "num_stages": 3}
+DEFAULT = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "NUM_SMS": 132, "FLATTEN": True,
+           "TMA_STORE": False, "num_warps": 8, "num_stages": 3}
 
 
 def _sms_problem(config, target):
@@ -16,16 +16,10 @@ def _sms_problem(config, target):
     return None
 
 
-def _tile_n(config):
-    """Columns of C one program owns: N_PARTS blocks of BLOCK_N side by side."""
-    return config["BLOCK_N"] * config["N_PARTS"]
-
-
 def shared_memory(task, config):
-    """num_stages x (A tile + N_PARTS B tiles) for the TMA ring, plus the output tile a TMA store
-    stages."""
-    ring = config["num_stages"] * (config["BLOCK_M"] + _tile_n(config)) * config["BLOCK_K"] * _item_bytes(task)
-    out_tile = config["BLOCK_M"] * _tile_n(config) * _dtype_bytes(task.outputs[0].dtype)
+    """num_stages x (A tile + B tile) for the TMA ring, plus the output tile a TMA store stages."""
+    ring = config["num_stages"] * (config["BLOCK_M"] + config["BLOCK_N"]) * config["BLOCK_K"] * _item_bytes(task)
+    out_tile = config["BLOCK_M"] * config["BLOCK_N"] * _dtype_bytes(task.outputs[0].dtype)
     return ring + (out_tile if config["TMA_STORE"] else 0)
 
 
@@ -39,41 +33,31 @@ def _store_problem(task, config):
 
 @triton.jit
 def _gemm_tma(a_desc, b_desc, c_desc, c_ptr, bias_ptr, res_ptr, M, N, K, stride_cm, stride_cn, stride_rm, stride_rn,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, N_PARTS: tl.constexpr, BLOCK_K: tl.constexpr,
-              GROUP_M: tl.constexpr, B_TRANSPOSED: tl.constexpr, FLATTEN: tl.constexpr, TMA_STORE: tl.constexpr,
-              ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
-    """Each tile is BLOCK_M x (N_PARTS * BLOCK_N): N_PARTS accumulators share every A tile, so a
-    tile's width need not be a power of two (3 x 64 = 192 columns make 128 tiles of a 4096 x 768 C,
-    one wave on 132 SMs, where 128 or 256 make 1.45 waves or leave 36 SMs idle)."""
-    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N * N_PARTS)
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+              B_TRANSPOSED: tl.constexpr, FLATTEN: tl.constexpr, TMA_STORE: tl.constexpr, ACTIVATION: tl.constexpr,
+              HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0), flatten=FLATTEN):
-        block_m, block_n = _swizzle(tile, M, N, BLOCK_M, BLOCK_N * N_PARTS, GROUP_M)
+        block_m, block_n = _swizzle(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         first_row = block_m * BLOCK_M
-        first_col = block_n * BLOCK_N * N_PARTS
-        accs = ()
-        for part in tl.static_range(N_PARTS):
-            accs = accs + (tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32),)
+        first_col = block_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k in range(0, K, BLOCK_K):
             a = a_desc.load([first_row, k])
-            summed = ()
-            for part in tl.static_range(N_PARTS):
-                if B_TRANSPOSED:
-                    b = b_desc.load([first_col + part * BLOCK_N, k]).T
-                else:
-                    b = b_desc.load([k, first_col + part * BLOCK_N])
-                summed = summed + (tl.dot(a, b, accs[part], input_precision="ieee"),)
-            accs = summed
-        rows = first_row + tl.arange(0, BLOCK_M)
-        for part in tl.static_range(N_PARTS):
-            part_col = first_col + part * BLOCK_N
-            cols = part_col + tl.arange(0, BLOCK_N)
-            if TMA_STORE:  # asynchronous, clipped at the edges by the descriptor: no masks
-                acc = _epilogue(accs[part], bias_ptr, res_ptr, rows, cols, M, N, stride_rm, stride_rn, ACTIVATION,
-                                HAS_BIAS, HAS_RESIDUAL)
-                c_desc.store([first_row, part_col], acc.to(c_ptr.dtype.element_ty))
+            if B_TRANSPOSED:
+                b = b_desc.load([first_col, k]).T
             else:
-                _epilogue_store(accs[part], c_ptr, bias_ptr, res_ptr, rows, cols, M, N, stride_cm, stride_cn,
-                                stride_rm, stride_rn, ACTIVATION, HAS_BIAS, HAS_RESIDUAL)
+                b = b_desc.load([k, first_col])
+            acc = tl.dot(a, b, acc, input_precision="ieee")
+        rows = first_row + tl.arange(0, BLOCK_M)
+        cols = first_col + tl.arange(0, BLOCK_N)
+        if TMA_STORE:  # asynchronous, clipped at the edges by the descriptor: no masks
+            acc = _epilogue(acc, bias_ptr, res_ptr, rows, cols, M, N, stride_rm, stride_rn, ACTIVATION, HAS_BIAS,
+                            HAS_RESIDUAL)
+            c_desc.store([first_row, first_col], acc.to(c_ptr.dtype.element_ty))
+        else:
+            _epilogue_store(acc, c_ptr, bias_ptr, res_ptr, rows, cols, M, N, stride_cm, stride_cn, stride_rm,
+                            stride_rn, ACTIVATION, HAS_BIAS, HAS_RESIDUAL)
 
 
 def _launch_tma(task, config, p, a, a_strides, b, b_strides, out):
@@ -86,9 +70,9 @@ def _launch_tma(task, config, p, a, a_strides, b, b_strides, out):
     b_desc = _b_descriptor(task, p, b, b_strides, block_n, block_k)
     # the output's descriptor is built (and checked) only where the kernel stores through it
     c_desc = TensorDescriptor(out, [p.M, p.N], list(p.stride_c), [block_m, block_n]) if config["TMA_STORE"] else a_desc
-    tiles = triton.cdiv(p.M, block_m) * triton.cdiv(p.N, _tile_n(config))
+    tiles = triton.cdiv(p.M, block_m) * triton.cdiv(p.N, block_n)
     _gemm_tma[(min(tiles, config["NUM_SMS"]),)](
         a_desc, b_desc, c_desc, out, p.bias, p.residual, p.M, p.N, p.K, *p.stride_c, *p.stride_r,
-        BLOCK_M=block_m, BLOCK_N=block_n, N_PARTS=config["N_PARTS"], BLOCK_K=block_k, GROUP_M=config["GROUP_M"],
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config["GROUP_M"],
         B_TRANSPOSED=b_transposed, FLATTEN=config["FLATTEN"], TMA_STORE=config["TMA_STORE"], **p.epilogue,
         num_warps=config["num_warps"], num_stages=config["num_stages"])

@@ -41,7 +41,7 @@ def constraints(task, config, target):
     if not _misaligned_rows(task):
         return "the operands' rows are 16-byte aligned already: gemm_tma reads them without a copy"
     return (_sms_problem(config, target) or _store_problem(task, config) or _residual_problem(task)
-            or _accumulator_problem(config["BLOCK_M"], _tile_n(config), config["num_warps"], target))
+            or _accumulator_problem(config["BLOCK_M"], config["BLOCK_N"], config["num_warps"], target))
 
 
 def scratch(task, config):
