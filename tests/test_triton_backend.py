@@ -271,6 +271,33 @@ def test_baseline_passes_the_gate(task: Task) -> None:
     assert verify(backend, program, task, "fp32", GateOptions(seeds=(5,))).passed
 
 
+@pytest.mark.parametrize("dtype, exact", [("float32", True), ("float16", False)])
+def test_float32_baselines_run_without_tf32(monkeypatch: pytest.MonkeyPatch, dtype: str, exact: bool) -> None:
+    """torch lets cuDNN (by default) and cuBLAS (where allowed) round fp32 to TF32; a float32
+    task's baseline turns both off for its call and restores them; other dtypes are left alone."""
+    from portkern.backends.triton import baselines
+    seen = []
+
+    def recording_conv2d(*args: Any, **kwargs: Any) -> torch.Tensor:
+        seen.append((torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32))
+        return torch.nn.functional.conv2d.__wrapped__(*args, **kwargs)
+
+    recording_conv2d.__wrapped__ = torch.nn.functional.conv2d  # type: ignore[attr-defined]
+    monkeypatch.setattr(baselines.F, "conv2d", recording_conv2d)
+    switches = (torch.backends.cudnn, torch.backends.cuda.matmul)  # settable, not monkeypatchable
+    before = [switch.allow_tf32 for switch in switches]
+    try:
+        for switch in switches:
+            switch.allow_tf32 = True
+        task = synthetic.conv2d_task(1, 4, 7, 7, 6, 3, 3, dtype, pad=1)
+        baselines.for_task(task)([torch.randn(spec.shape) for spec in task.inputs])
+        assert seen == [(not exact, not exact)]
+        assert all(switch.allow_tf32 for switch in switches)
+    finally:
+        for switch, allowed in zip(switches, before, strict=True):
+            switch.allow_tf32 = allowed
+
+
 def test_buffers_round_trip_and_copy_in_place() -> None:
     backend = BACKENDS["sm_90"]
     for dtype in ("float32", "float16", ml_dtypes.bfloat16, "int64"):

@@ -36,7 +36,26 @@ def for_task(task: Task) -> Compute | None:
     builder = _BUILDERS.get(task.kind)
     if builder is None:
         return None
-    return _channels_last(builder(task)) if task.attr("layout") == "nhwc" else builder(task)
+    compute = _channels_last(builder(task)) if task.attr("layout") == "nhwc" else builder(task)
+    return _in_fp32(compute) if task.dtype == "float32" else compute
+
+
+def _in_fp32(compute: Compute) -> Compute:
+    """A float32 task's baseline computes in float32. torch lets cuDNN round fp32 convolution
+    inputs to TF32 (10 mantissa bits) by default, and cuBLAS too where a user allowed it: on an
+    H200, inception_v1 with every task on its baseline was 7.6e-4 off onnxruntime (tolerance 1e-4).
+    Both switches are off for the call and restored after it."""
+    def run(inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+        switches = (torch.backends.cudnn, torch.backends.cuda.matmul)
+        previous = [switch.allow_tf32 for switch in switches]
+        for switch in switches:
+            switch.allow_tf32 = False
+        try:
+            return compute(inputs)
+        finally:
+            for switch, allowed in zip(switches, previous, strict=True):
+                switch.allow_tf32 = allowed
+    return run
 
 
 def _channels_last(compute: Compute) -> Compute:
