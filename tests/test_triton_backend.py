@@ -29,7 +29,7 @@ from portkern.backends.triton.compile_only import ARCH_TARGETS
 from portkern.backends.triton.modules import ALLOWED_IMPORTS, builtin_variants, expand_includes
 from portkern.errors import PortkernError, TargetError
 from portkern.hwprofile import available_targets, load_profile, load_target
-from portkern.ir import TensorSpec
+from portkern.ir import Node, TensorSpec
 from portkern.tasks import Task
 from portkern.verify import GateOptions, verify
 
@@ -271,31 +271,49 @@ def test_baseline_passes_the_gate(task: Task) -> None:
     assert verify(backend, program, task, "fp32", GateOptions(seeds=(5,))).passed
 
 
+@pytest.fixture
+def tf32_allowed() -> Any:
+    """torch's TF32 switches on (as cuDNN's is by default), restored after the test; they are
+    settable attributes, not monkeypatchable ones."""
+    switches = (torch.backends.cudnn, torch.backends.cuda.matmul)
+    before = [switch.allow_tf32 for switch in switches]
+    for switch in switches:
+        switch.allow_tf32 = True
+    yield switches
+    for switch, allowed in zip(switches, before, strict=True):
+        switch.allow_tf32 = allowed
+
+
 @pytest.mark.parametrize("dtype, exact", [("float32", True), ("float16", False)])
-def test_float32_baselines_run_without_tf32(monkeypatch: pytest.MonkeyPatch, dtype: str, exact: bool) -> None:
-    """torch lets cuDNN (by default) and cuBLAS (where allowed) round fp32 to TF32; a float32
-    task's baseline turns both off for its call and restores them; other dtypes are left alone."""
-    from portkern.backends.triton import baselines
+def test_float32_baselines_and_glue_run_without_tf32(monkeypatch: pytest.MonkeyPatch, tf32_allowed: Any,
+                                                     dtype: str, exact: bool) -> None:
+    """A float32 task's baseline, and the glue's Conv, MatMul and Gemm, turn TF32 off for their call
+    and restore it after; a float16 baseline leaves the switches alone."""
+    from portkern.backends.triton import baselines, glue
     seen = []
 
-    def recording_conv2d(*args: Any, **kwargs: Any) -> torch.Tensor:
-        seen.append((torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32))
-        return torch.nn.functional.conv2d.__wrapped__(*args, **kwargs)
+    def recording(real: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> torch.Tensor:
+            seen.append(tuple(switch.allow_tf32 for switch in tf32_allowed))
+            return real(*args, **kwargs)
+        return call
 
-    recording_conv2d.__wrapped__ = torch.nn.functional.conv2d  # type: ignore[attr-defined]
-    monkeypatch.setattr(baselines.F, "conv2d", recording_conv2d)
-    switches = (torch.backends.cudnn, torch.backends.cuda.matmul)  # settable, not monkeypatchable
-    before = [switch.allow_tf32 for switch in switches]
-    try:
-        for switch in switches:
-            switch.allow_tf32 = True
-        task = synthetic.conv2d_task(1, 4, 7, 7, 6, 3, 3, dtype, pad=1)
-        baselines.for_task(task)([torch.randn(spec.shape) for spec in task.inputs])
-        assert seen == [(not exact, not exact)]
-        assert all(switch.allow_tf32 for switch in switches)
-    finally:
-        for switch, allowed in zip(switches, before, strict=True):
-            switch.allow_tf32 = allowed
+    conv2d = torch.nn.functional.conv2d
+    monkeypatch.setattr(baselines.F, "conv2d", recording(conv2d))
+    task = synthetic.conv2d_task(1, 4, 7, 7, 6, 3, 3, dtype, pad=1)
+    baselines.for_task(task)([torch.randn(spec.shape) for spec in task.inputs])
+    assert seen == [(not exact, not exact)]
+    if exact:
+        monkeypatch.setattr(glue, "_CONV", {2: recording(conv2d)})
+        monkeypatch.setattr(glue.torch, "matmul", recording(torch.matmul))
+        monkeypatch.setattr(glue.torch, "addmm", recording(torch.addmm))
+        x, w, a, b = torch.randn(1, 4, 7, 7), torch.randn(6, 4, 3, 3), torch.randn(3, 5), torch.randn(5, 2)
+        context = glue.GlueContext(opset=17, backend=BACKENDS["sm_90"])
+        glue.GLUE["Conv"](Node("c", "Conv", ["x", "w"], ["y"]), [x, w], context)
+        glue.GLUE["MatMul"](Node("m", "MatMul", ["a", "b"], ["y"]), [a, b], context)
+        glue.GLUE["Gemm"](Node("g", "Gemm", ["a", "b", "c"], ["y"]), [a, b, torch.randn(2)], context)
+        assert seen[1:] == [(False, False)] * 3
+    assert all(switch.allow_tf32 for switch in tf32_allowed)
 
 
 def test_buffers_round_trip_and_copy_in_place() -> None:

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ...tasks import Task
-from .modules import torch_dtype
+from .modules import float32_contractions, torch_dtype
 
 Compute = Callable[[Sequence[torch.Tensor]], torch.Tensor]
 
@@ -41,20 +41,10 @@ def for_task(task: Task) -> Compute | None:
 
 
 def _in_fp32(compute: Compute) -> Compute:
-    """A float32 task's baseline computes in float32. torch lets cuDNN round fp32 convolution
-    inputs to TF32 (10 mantissa bits) by default, and cuBLAS too where a user allowed it: on an
-    H200, inception_v1 with every task on its baseline was 7.6e-4 off onnxruntime (tolerance 1e-4).
-    Both switches are off for the call and restored after it."""
+    """A float32 task's baseline computes in float32 (no TF32 rounding in cuDNN or cuBLAS)."""
     def run(inputs: Sequence[torch.Tensor]) -> torch.Tensor:
-        switches = (torch.backends.cudnn, torch.backends.cuda.matmul)
-        previous = [switch.allow_tf32 for switch in switches]
-        for switch in switches:
-            switch.allow_tf32 = False
-        try:
+        with float32_contractions():
             return compute(inputs)
-        finally:
-            for switch, allowed in zip(switches, previous, strict=True):
-                switch.allow_tf32 = allowed
     return run
 
 

@@ -8,7 +8,8 @@ Unsqueeze, Split) run the executor's own op on a zero-byte stand-in of the input
 output shape. Inputs the importer requires to be constants (onnx_import.VALUE_SHAPED_INPUTS:
 shapes, axes, starts, sizes) arrive as host numpy arrays, every other input as a tensor on the
 device; outputs are made contiguous, as the executor's are. Contractions in fp16/bf16 accumulate
-in fp32 (cuBLAS, cuDNN), which is how the executor computes them too. Weights move to the device
+in fp32 (cuBLAS, cuDNN), which is how the executor computes them too, and fp32 ones run without
+TF32 (modules.float32_contractions). Weights move to the device
 when the piece is built and no op copies from the host while it runs (a CUDA graph capture forbids
 that), except the ops computed on the host, which the importer folds away in practice.
 
@@ -33,7 +34,7 @@ from ...ir import Node
 from ...layout import ONNX_OF, is_channels_last, nchw_node, run_as_nchw
 from ...onnx_import import VALUE_SHAPED_INPUTS
 from ..base import ExecutorStretch, StretchPiece
-from .modules import torch_dtype
+from .modules import float32_contractions, torch_dtype
 
 if TYPE_CHECKING:
     from .backend import TritonBackend
@@ -286,7 +287,8 @@ def _batch_norm(node: Node, inputs: list[Any], context: GlueContext) -> list[tor
 
 @_register("MatMul")
 def _matmul(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
-    return [torch.matmul(inputs[0], inputs[1])]
+    with float32_contractions():
+        return [torch.matmul(inputs[0], inputs[1])]
 
 
 @_register("Gemm")
@@ -296,10 +298,11 @@ def _gemm(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Ten
     a = a.T if _attr(node, "transA", 0) else a
     b = b.T if _attr(node, "transB", 0) else b
     alpha, beta = float(_attr(node, "alpha", 1.0)), float(_attr(node, "beta", 1.0))
-    if c is None:
-        product = a @ b
-        return [product * alpha if alpha != 1.0 else product]
-    return [torch.addmm(c, a, b, beta=beta, alpha=alpha)]
+    with float32_contractions():
+        if c is None:
+            product = a @ b
+            return [product * alpha if alpha != 1.0 else product]
+        return [torch.addmm(c, a, b, beta=beta, alpha=alpha)]
 
 
 _CONV: dict[int, Callable[..., torch.Tensor]] = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
@@ -314,8 +317,9 @@ def _conv(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Ten
     strides, dilations, begins, ends = _conv_geometry(node, x, list(w.shape[2:]))
     if begins != ends:
         x, begins = F.pad(x, _torch_pads(begins, ends)), [0] * len(begins)
-    return [_CONV[x.ndim - 2](x, w, bias, stride=strides, padding=begins, dilation=dilations,
-                              groups=_attr(node, "group", 1))]
+    with float32_contractions():
+        return [_CONV[x.ndim - 2](x, w, bias, stride=strides, padding=begins, dilation=dilations,
+                                  groups=_attr(node, "group", 1))]
 
 
 @_register("MaxPool", "AveragePool")
