@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -405,7 +406,7 @@ def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, 
         return TaskOutcome(profile, None, "no variants", used)
     best = result.best
     if best is None or best.seconds is None or result.artifact is None:
-        return TaskOutcome(profile, result, "no verified kernel", used)
+        return TaskOutcome(profile, result, f"no verified kernel ({_why_none(result)})", used)
     outcome = TaskOutcome(profile, result, "kept", used)
     if backend.baseline(task) is None:
         # no vendor op on this target: the alternative to a verified kernel is the host's reference
@@ -592,6 +593,17 @@ def _end_to_end(model_path: Path, graph: Graph, backend: Backend, target: Target
         raise PortkernError(f"the model's output does not match onnxruntime even with no tuned kernel "
                             f"(rel error {error:.3g} > {tolerance:g}): a bug in portkern's executor")
     return result
+
+
+def _why_none(result: SearchResult) -> str:
+    """What became of a task's trials when none gave a verified kernel: the gate's rejections read
+    differently from a budget that ran out before any trial finished."""
+    tried = [r for r in result.records if r.status != "invalid"]
+    counts = Counter(r.status for r in tried)
+    said = ", ".join(f"{n} {status.replace('_', ' ')}" for status, n in counts.most_common())
+    failure = next((r for r in tried if r.status != "ok" and r.reason), None)
+    first = f"; first: {failure.reason.splitlines()[0][:120]}" if failure else ""
+    return f"{len(tried)} trials{': ' + said if said else ''}{first}; stopped: {result.stop_reason or 'no trials'}"
 
 
 def _delivered(kept: list[TaskOutcome], timed: tuple[bool, float, float]) -> tuple[bool, float, float]:

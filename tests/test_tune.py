@@ -206,3 +206,25 @@ def test_tune_with_an_llm_endpoint_keeps_only_what_the_gate_passes(tmp_path: Pat
     assert len(transcripts) >= 3
     assert report.end_to_end["passed"]
 
+
+
+def test_a_task_without_a_verified_kernel_says_what_became_of_its_trials() -> None:
+    """'no verified kernel' names its trials' fates: the gate's rejections read differently from a
+    budget spent before any trial finished."""
+    from portkern import synthetic
+    from portkern.search.records import TrialRecord
+    from portkern.search.strategy import SearchResult
+    from portkern.tuner import _why_none
+
+    task = synthetic.softmax_task(3, 10, "float32")
+
+    def trial(status: str, reason: str = "") -> TrialRecord:
+        return TrialRecord(task.key, "triton", "softmax_onepass", "builtin", {}, status, status, reason)
+
+    rejected = SearchResult(task, None, None, [trial("invalid", "BLOCK too big"), trial("timeout", "over 60 s"),
+                                               trial("rejected", "rel_l2 3e-3 > 1e-5\nmore"), trial("rejected")],
+                            stop_reason="trial budget (4) spent")
+    assert _why_none(rejected) == ("3 trials: 2 rejected, 1 timeout; first: over 60 s; "
+                                   "stopped: trial budget (4) spent")
+    assert _why_none(SearchResult(task, None, None, [], stop_reason="time budget spent")) == (
+        "0 trials; stopped: time budget spent")
