@@ -566,22 +566,30 @@ def _range(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
     return [(start + np.arange(count, dtype=start.dtype) * delta).astype(start.dtype)]
 
 
+def pad_arguments(node: Node, inputs: Sequence[Any], ndim: int) -> tuple[list[tuple[int, int]], Any]:
+    """Pad's (begin, end) per axis (negative: a crop) and its fill value, from the attributes
+    (before opset 11) or the inputs (pads, constant_value, axes); the value is a scalar of the
+    constant_value input's kind (numpy or torch) or a float. Shared with the device glue."""
+    if "pads" in node.attrs:
+        pads, value = _ints(node.attrs["pads"]), _attr(node, "value", 0.0)
+        axes = list(range(ndim))
+    else:
+        pads = _ints(inputs[1])
+        constant = _opt(inputs, 2)
+        value = 0 if constant is None or 0 in constant.shape else constant.reshape(-1)[0]
+        given = _opt(inputs, 3)
+        axes = list(range(ndim)) if given is None else [a % ndim for a in _ints(given)]
+    width = [(0, 0)] * ndim
+    for i, axis in enumerate(axes):
+        width[axis] = (pads[i], pads[i + len(axes)])
+    return width, value
+
+
 @_register("Pad")
 def _pad(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
     x = inputs[0]
     assert x is not None
-    if "pads" in node.attrs:
-        pads, value = _ints(node.attrs["pads"]), _attr(node, "value", 0.0)
-        axes = list(range(x.ndim))
-    else:
-        pads = _ints(inputs[1])
-        constant = _opt(inputs, 2)
-        value = 0 if constant is None or constant.size == 0 else constant.reshape(-1)[0]
-        given = _opt(inputs, 3)
-        axes = list(range(x.ndim)) if given is None else [a % x.ndim for a in _ints(given)]
-    width = [(0, 0)] * x.ndim
-    for i, axis in enumerate(axes):
-        width[axis] = (pads[i], pads[i + len(axes)])
+    width, value = pad_arguments(node, inputs, x.ndim)
     # negative pads crop: pad by the positive part, then slice the negative part away
     grown = [(max(lo, 0), max(hi, 0)) for lo, hi in width]
     mode = _attr(node, "mode", "constant")
@@ -630,21 +638,30 @@ def _eye_like(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
     return [np.eye(x.shape[0], x.shape[1], k=_attr(node, "k", 0), dtype=dtype)]
 
 
+def depth_space_plan(node: Node, shape: Sequence[int]
+                     ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """DepthToSpace/SpaceToDepth as reshape -> transpose -> reshape: the tiled shape, the axis
+    order and the output shape (DCR or CRD). Shared with the device glue."""
+    size = _attr(node, "blocksize")
+    n, c, h, w = shape
+    dcr = _attr(node, "mode", "DCR") == "DCR"
+    if node.op_type == "SpaceToDepth":
+        order = (0, 3, 5, 1, 2, 4) if dcr else (0, 1, 3, 5, 2, 4)
+        return (n, c, h // size, size, w // size, size), order, (n, c * size * size, h // size, w // size)
+    depth = c // size**2
+    if dcr:
+        tiles, order = (n, size, size, depth, h, w), (0, 3, 4, 1, 5, 2)
+    else:
+        tiles, order = (n, depth, size, size, h, w), (0, 1, 4, 2, 5, 3)
+    return tiles, order, (n, depth, h * size, w * size)
+
+
 @_register("DepthToSpace", "SpaceToDepth")
 def _depth_space(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
     x = inputs[0]
     assert x is not None
-    size = _attr(node, "blocksize")
-    n, c, h, w = x.shape
-    if node.op_type == "SpaceToDepth":
-        tiles = x.reshape(n, c, h // size, size, w // size, size)
-        order = (0, 3, 5, 1, 2, 4) if _attr(node, "mode", "DCR") == "DCR" else (0, 1, 3, 5, 2, 4)
-        return [tiles.transpose(order).reshape(n, c * size * size, h // size, w // size)]
-    if _attr(node, "mode", "DCR") == "DCR":
-        tiles = x.reshape(n, size, size, c // size**2, h, w).transpose(0, 3, 4, 1, 5, 2)
-    else:
-        tiles = x.reshape(n, c // size**2, size, size, h, w).transpose(0, 1, 4, 2, 5, 3)
-    return [tiles.reshape(n, c // size**2, h * size, w * size)]
+    tiles, order, out_shape = depth_space_plan(node, x.shape)
+    return [x.reshape(tiles).transpose(order).reshape(out_shape)]
 
 
 # --------------------------------------------------------------------------- reductions

@@ -171,8 +171,130 @@ def _cases() -> list[Any]:
         ("range", "Range", {}, {}, {"start": np.float32(1), "limit": np.float32(-2), "delta": np.float32(-0.5)},
          1, 17, 0),
         ("shape-start", "Shape", {"start": -2}, {"x": x4}, {}, 1, 17, 0),
+        *_activation_cases(rng, x3),
+        *_data_movement_cases(rng, x3, x4),
+        *_reduction_and_normalization_cases(rng, x3, x4),
     ]
     return [pytest.param(*rest, id=case_id) for case_id, *rest in cases]
+
+
+def _activation_cases(rng: np.random.Generator, x3: np.ndarray) -> list[Any]:
+    """The unary activations (attribute defaults and set values), the variadic ops."""
+    half = (x3 * 3).astype(np.float16)
+    small_ints = np.arange(-6, 6, dtype=np.int32).reshape(3, 4)
+    large_ints = np.array([-(2**40) - 3, -5, -1, 0, 2, 7, 2**40 + 3], np.int64)  # float32 would round them
+    past_softplus_cutoff = np.linspace(19.0, 40.0, 12)  # float64: F.softplus returns x above 20
+    return [
+        ("leakyrelu", "LeakyRelu", {"alpha": 0.2}, {"x": x3}, {}, 1, 17, 1e-6),
+        ("leakyrelu-default-fp16", "LeakyRelu", {}, {"x": half}, {}, 1, 17, 1e-3),
+        ("elu", "Elu", {"alpha": 0.7}, {"x": x3 * 3}, {}, 1, 17, 1e-6),
+        ("selu-defaults", "Selu", {}, {"x": x3 * 3}, {}, 1, 17, 1e-6),
+        ("selu-fp16", "Selu", {"alpha": 1.5, "gamma": 1.2}, {"x": half}, {}, 1, 17, 5e-3),
+        ("celu", "Celu", {"alpha": 2.0}, {"x": x3 * 3}, {}, 1, 17, 1e-6),
+        ("hardsigmoid", "HardSigmoid", {"alpha": 0.3, "beta": 0.4}, {"x": x3 * 3}, {}, 1, 17, 1e-6),
+        ("hardswish", "HardSwish", {}, {"x": x3 * 4}, {}, 1, 17, 1e-6),
+        ("softplus-large-inputs", "Softplus", {}, {"x": x3 * 30}, {}, 1, 17, 1e-6),
+        ("softplus-float64-large-inputs", "Softplus", {}, {"x": past_softplus_cutoff}, {}, 1, 17, 1e-14),
+        ("softsign", "Softsign", {}, {"x": x3 * 3}, {}, 1, 17, 1e-6),
+        ("mish", "Mish", {}, {"x": x3 * 3}, {}, 1, 17, 1e-6),
+        ("mish-fp16", "Mish", {}, {"x": half}, {}, 1, 17, 5e-3),
+        ("thresholdedrelu", "ThresholdedRelu", {"alpha": 0.3}, {"x": x3}, {}, 1, 17, 0),
+        ("shrink", "Shrink", {"bias": 0.3, "lambd": 0.6}, {"x": x3}, {}, 1, 17, 1e-6),
+        ("shrink-int-truncates", "Shrink", {"bias": 1.5, "lambd": 2.0}, {"x": large_ints}, {}, 1, 17, 0),
+        ("gelu-erf-opset20", "Gelu", {}, {"x": x3 * 3}, {}, 1, 20, 1e-6),
+        ("gelu-tanh", "Gelu", {"approximate": "tanh"}, {"x": x3 * 3}, {}, 1, 20, 1e-6),
+        ("gelu-fp16", "Gelu", {}, {"x": half}, {}, 1, 20, 5e-3),
+        ("swish", "Swish", {"alpha": 1.7}, {"x": x3 * 3}, {}, 1, 24, 1e-6),
+        ("max-three-broadcast", "Max", {}, {"a": x3, "b": _f32(rng, 3, 1), "c": _f32(rng, 4)}, {}, 1, 17, 0),
+        ("min-int", "Min", {}, {"a": small_ints, "b": small_ints[::-1].copy()}, {}, 1, 17, 0),
+        ("sum-constant-broadcast", "Sum", {}, {"a": x3}, {"b": _f32(rng, 4)}, 1, 17, 1e-6),
+        ("sum-single-input", "Sum", {}, {"a": x3}, {}, 1, 17, 0),
+        ("mean-fp16", "Mean", {}, {"a": half, "b": half * 2, "c": _f32(rng, 3, 4).astype(np.float16)}, {},
+         1, 17, 2e-3),
+    ]
+
+
+def _data_movement_cases(rng: np.random.Generator, x3: np.ndarray, x4: np.ndarray) -> list[Any]:
+    """Pad in each mode (crops, pads wider than the axis, axes, the attribute form), Trilu,
+    DepthToSpace/SpaceToDepth, CumSum/CumProd."""
+    x2 = _f32(rng, 2, 3)
+    return [
+        ("pad-constant-value-input", "Pad", {}, {"x": x4}, {"pads": _ints(0, 1, 2, 0, 0, 0, 1, 3),
+                                                            "value": np.float32(1.5)}, 1, 18, 0),
+        ("pad-constant-crops", "Pad", {}, {"x": x4}, {"pads": _ints(0, 0, -2, 1, 0, 0, 3, -1)}, 1, 18, 0),
+        ("pad-constant-int", "Pad", {}, {"x": _ints(1, 2, 3)}, {"pads": _ints(2, 1), "value": np.int64(-7)},
+         1, 18, 0),
+        ("pad-constant-axes-no-value", "Pad", {}, {"x": x4}, {"pads": _ints(1, 2, 3, 0), "": None,
+                                                              "axes": _ints(-1, 1)}, 1, 18, 0),
+        ("pad-attrs-opset2", "Pad", {"pads": [0, 1, 1, 2], "value": 2.0}, {"x": x2}, {}, 1, 2, 0),
+        ("pad-reflect-wider-than-axis", "Pad", {"mode": "reflect"}, {"x": x2}, {"pads": _ints(1, 5, 2, 7)},
+         1, 18, 0),
+        ("pad-reflect-negative-axes", "Pad", {"mode": "reflect"}, {"x": x4},
+         {"pads": _ints(2, -1, 1, 3), "": None, "axes": _ints(-1, -2)}, 1, 18, 0),
+        ("pad-edge-crop-beside-pad", "Pad", {"mode": "edge"}, {"x": x4}, {"pads": _ints(0, 0, -2, 4, 0, 0, 3, -3)},
+         1, 18, 0),
+        ("pad-edge-fp16", "Pad", {"mode": "edge"}, {"x": x3.astype(np.float16)}, {"pads": _ints(1, 0, 2, 0, 3, 1)},
+         1, 13, 0),
+        ("pad-wrap", "Pad", {"mode": "wrap"}, {"x": x2}, {"pads": _ints(4, -1, 1, 5)}, 1, 19, 0),
+        ("trilu-upper-negative-k", "Trilu", {}, {"x": x4}, {"k": np.int64(-2)}, 1, 14, 0),
+        ("trilu-lower-default-k", "Trilu", {"upper": 0}, {"x": x3}, {}, 1, 14, 0),
+        ("trilu-lower-k-past-the-end", "Trilu", {"upper": 0}, {"x": x3}, {"k": np.int64(5)}, 1, 14, 0),
+        ("depthtospace-dcr", "DepthToSpace", {"blocksize": 2}, {"x": _f32(rng, 2, 8, 3, 5)}, {}, 1, 13, 0),
+        ("depthtospace-crd", "DepthToSpace", {"blocksize": 2, "mode": "CRD"}, {"x": _f32(rng, 2, 8, 3, 5)}, {},
+         1, 13, 0),
+        ("spacetodepth", "SpaceToDepth", {"blocksize": 3}, {"x": _f32(rng, 2, 2, 6, 9)}, {}, 1, 13, 0),
+        ("cumsum-exclusive-reverse", "CumSum", {"exclusive": 1, "reverse": 1}, {"x": x4}, {"axis": np.int64(-2)},
+         1, 14, 1e-5),
+        ("cumsum-int32", "CumSum", {"exclusive": 1}, {"x": np.arange(12, dtype=np.int32).reshape(3, 4)},
+         {"axis": np.int32(1)}, 1, 14, 0),
+        ("cumsum-fp16", "CumSum", {}, {"x": x4.astype(np.float16)}, {"axis": np.int64(3)}, 1, 14, 5e-3),
+        ("cumsum-axis-computed", "CumSum", {"reverse": 1}, {"x": x3, "axis": np.array([0], np.int64)}, {},
+         1, 14, 1e-5),
+        ("cumprod-exclusive", "CumProd", {"exclusive": 1}, {"x": 1 + x3 / 4}, {"axis": np.int64(-1)}, 1, 26, 1e-5),
+    ]
+
+
+def _reduction_and_normalization_cases(rng: np.random.Generator, x3: np.ndarray, x4: np.ndarray) -> list[Any]:
+    """The reductions (negative axes, keepdims=0, the attribute form, integers, infinities),
+    ArgMax/ArgMin on ties, InstanceNormalization, GroupNormalization and LRN (odd and even sizes)."""
+    ties = np.round(x4 * 1.5)
+    with_infinities = x3.copy()
+    with_infinities[0, 1, :], with_infinities[1, 2, 0] = -np.inf, np.inf
+    ints = np.arange(-5, 7, dtype=np.int32).reshape(3, 4)
+    channels7 = _f32(rng, 2, 7, 5, 3)
+    return [
+        ("reducel1-negative-axes", "ReduceL1", {"keepdims": 0}, {"x": x4}, {"axes": _ints(-1, 1)}, 1, 18, 1e-5),
+        ("reducel2-attr-opset13", "ReduceL2", {"axes": [2]}, {"x": x4}, {}, 1, 13, 1e-5),
+        ("reducel2-int", "ReduceL2", {"keepdims": 0}, {"x": ints}, {"axes": _ints(0)}, 1, 18, 0),
+        ("reducesumsquare-fp16", "ReduceSumSquare", {"keepdims": 0}, {"x": x4.astype(np.float16)},
+         {"axes": _ints(2, 3)}, 1, 18, 3e-3),
+        ("reducelogsumexp", "ReduceLogSumExp", {}, {"x": x4 * 10}, {"axes": _ints(1, 3)}, 1, 18, 1e-5),
+        ("reducelogsumexp-infinities", "ReduceLogSumExp", {"keepdims": 0}, {"x": with_infinities},
+         {"axes": _ints(-1)}, 1, 18, 1e-5),
+        ("reducelogsum", "ReduceLogSum", {}, {"x": np.abs(x4) + 0.1}, {"axes": _ints(0)}, 1, 18, 1e-5),
+        ("reduceprod-two-axes", "ReduceProd", {"keepdims": 0}, {"x": 1 + x4 / 10}, {"axes": _ints(0, -1)},
+         1, 18, 1e-5),
+        ("reduceprod-int-all", "ReduceProd", {}, {"x": ints[:, 1:]}, {}, 1, 18, 0),
+        ("argmax-ties-keepdims0", "ArgMax", {"axis": -1, "keepdims": 0}, {"x": ties}, {}, 1, 13, 0),
+        ("argmax-select-last", "ArgMax", {"axis": 1, "select_last_index": 1}, {"x": ties}, {}, 1, 13, 0),
+        ("argmin-select-last-keepdims0", "ArgMin", {"axis": 2, "keepdims": 0, "select_last_index": 1},
+         {"x": ties}, {}, 1, 13, 0),
+        ("argmin-fp16-default-axis", "ArgMin", {}, {"x": ties.astype(np.float16)}, {}, 1, 13, 0),
+        ("instancenorm", "InstanceNormalization", {"epsilon": 1e-3}, {"x": x4},
+         {"scale": _f32(rng, 4), "bias": _f32(rng, 4)}, 1, 17, 1e-5),
+        ("instancenorm-fp16", "InstanceNormalization", {}, {"x": x4.astype(np.float16)},
+         {"scale": _f32(rng, 4).astype(np.float16), "bias": _f32(rng, 4).astype(np.float16)}, 1, 17, 5e-3),
+        ("groupnorm-per-group-opset18", "GroupNormalization", {"num_groups": 2}, {"x": x4},
+         {"scale": _f32(rng, 2), "bias": _f32(rng, 2)}, 1, 18, 1e-5),
+        ("groupnorm-per-channel-opset21", "GroupNormalization", {"num_groups": 2}, {"x": x4},
+         {"scale": _f32(rng, 4), "bias": _f32(rng, 4)}, 1, 21, 1e-5),
+        ("lrn-odd-size", "LRN", {"size": 5, "alpha": 0.5, "beta": 0.75, "bias": 2.0}, {"x": channels7 * 2}, {},
+         1, 13, 1e-5),
+        ("lrn-even-size", "LRN", {"size": 4, "alpha": 0.5, "beta": 0.6, "bias": 1.5}, {"x": channels7 * 2}, {},
+         1, 13, 1e-5),
+        ("lrn-even-size-rank3", "LRN", {"size": 2, "alpha": 1.0}, {"x": _f32(rng, 2, 6, 5)}, {}, 1, 13, 1e-5),
+        ("lrn-fp16-defaults", "LRN", {"size": 3}, {"x": channels7.astype(np.float16)}, {}, 1, 13, 2e-3),
+    ]
 
 
 @pytest.mark.parametrize("op, attrs, data, constants, outputs, opset, tolerance", _cases())
@@ -183,7 +305,7 @@ def test_glue_op_matches_the_executor(backend: TritonBackend, op: str, attrs: di
     node = Node(f"the_{op}", op, inputs, [f"y{i}" for i in range(outputs)], attrs,
                 LAYOUT_DOMAIN if op in ONNX_OF else "")
     data = {name: value for name, value in data.items() if name}
-    constants = {name: np.asarray(value) for name, value in constants.items()}
+    constants = {name: np.asarray(value) for name, value in constants.items() if name}
     want: dict[str, np.ndarray] = {**data, **constants}
     run_nodes([node], want, opset)
     assert unsupported_reason(node) is None

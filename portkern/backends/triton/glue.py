@@ -6,18 +6,21 @@ executor's (executor.py, the ground truth), and so is the attribute handling: it
 axes, pads and pool geometry, and the order-keeping shape ops (Reshape, Flatten, Squeeze,
 Unsqueeze, Split) run the executor's own op on a zero-byte stand-in of the input to learn the
 output shape. Inputs the importer requires to be constants (onnx_import.VALUE_SHAPED_INPUTS:
-shapes, axes, starts, sizes) arrive as host numpy arrays, every other input as a tensor on the
-device; outputs are made contiguous, as the executor's are. Contractions in fp16/bf16 accumulate
-in fp32 (cuBLAS, cuDNN), which is how the executor computes them too, and fp32 ones run without
-TF32 (modules.float32_contractions). Weights move to the device
-when the piece is built and no op copies from the host while it runs (a CUDA graph capture forbids
-that), except the ops computed on the host, which the importer folds away in practice.
+shapes, axes, starts, sizes) and the few more glue reads as ints (HOST_INPUTS: CumSum's axis)
+arrive as host numpy arrays, every other input as a tensor on the device, read there (Pad's fill
+value, Trilu's diagonal) so no op waits on a device-to-host copy; outputs are made contiguous, as
+the executor's are. Contractions in fp16/bf16 accumulate in fp32 (cuBLAS, cuDNN), which is how
+the executor computes them too, and fp32 ones run without TF32 (modules.float32_contractions).
+Weights move to the device when the piece is built and no op copies from the host while it runs
+(a CUDA graph capture forbids that), except the ops computed on the host, which the importer
+folds away in practice.
 
 A node whose op is not here, or whose form is not (LIMITS), runs in the executor on the host,
 device -> host -> device (base.ExecutorStretch); the piece lists it and the runtime reports it.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
@@ -29,7 +32,7 @@ import torch.nn.functional as F
 
 from ...errors import UnsupportedOpError
 from ...executor import (OPS, _attr, _coerced_2d, _conv_geometry, _ints, _onnx_dtype, _opt, _pool_geometry,
-                         _reduce_axes, _stash_dtype, slice_arguments)
+                         _reduce_axes, _stash_dtype, depth_space_plan, pad_arguments, slice_arguments)
 from ...ir import Node
 from ...layout import ONNX_OF, is_channels_last, nchw_node, run_as_nchw
 from ...onnx_import import VALUE_SHAPED_INPUTS
@@ -49,6 +52,8 @@ class GlueContext:
 
 
 GlueOp = Callable[[Node, list[Any], GlueContext], list[torch.Tensor]]
+# inputs glue reads on the host besides the importer's VALUE_SHAPED_INPUTS: an axis torch takes as an int
+HOST_INPUTS: dict[str, tuple[int, ...]] = {"CumSum": (1,), "CumProd": (1,)}
 GLUE: dict[str, GlueOp] = {}
 
 
@@ -75,18 +80,82 @@ def _torch_pads(begins: Sequence[int], ends: Sequence[int]) -> list[int]:
 
 # --------------------------------------------------------------------------- elementwise
 
+def _widened(x: torch.Tensor) -> torch.Tensor:
+    """Integers as float64, where numpy's math (sqrt, log, exp, a float attribute) promotes them."""
+    return x if x.is_floating_point() else x.double()
+
+
+def _softplus(x: torch.Tensor) -> torch.Tensor:
+    """log(1 + e^x) as logaddexp(0, x), the executor's: exact at large x, unlike F.softplus's cutoff."""
+    return torch.logaddexp(x, x.new_zeros(()))
+
+
 UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "Abs": torch.abs, "Neg": torch.neg, "Exp": torch.exp, "Log": torch.log, "Sqrt": torch.sqrt,
     "Reciprocal": torch.reciprocal, "Sin": torch.sin, "Cos": torch.cos, "Tanh": torch.tanh,
     "Erf": torch.erf, "Relu": torch.relu, "Sigmoid": torch.sigmoid, "Floor": torch.floor,
     "Ceil": torch.ceil, "Sign": torch.sign, "Round": torch.round, "Not": torch.logical_not,
-    "IsNaN": torch.isnan,
+    "IsNaN": torch.isnan, "Softplus": _softplus, "Softsign": lambda x: x / (1 + torch.abs(x)),
+    "HardSwish": lambda x: x * torch.clamp(x / 6 + 0.5, 0, 1), "Mish": lambda x: x * torch.tanh(_softplus(x)),
 }
 
 
 @_register(*UNARY)
 def _unary(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
     return [UNARY[node.op_type](inputs[0])]
+
+
+def _negative_part_expm1(x: torch.Tensor, alpha: float) -> torch.Tensor:
+    """Elu's and Selu's alpha * (e^x - 1) for x <= 0, x above (expm1 of min(x, 0): no overflow)."""
+    return torch.where(x > 0, x, alpha * torch.expm1(torch.clamp(x, max=0)))
+
+
+def _celu(node: Node, x: torch.Tensor) -> torch.Tensor:
+    alpha = _attr(node, "alpha", 1.0)
+    return torch.clamp(x, min=0) + torch.clamp(alpha * torch.expm1(x / alpha), max=0)
+
+
+def _shrink(node: Node, x: torch.Tensor) -> torch.Tensor:
+    bias, lambd = _attr(node, "bias", 0.0), _attr(node, "lambd", 0.5)
+    return torch.where(x < -lambd, x + bias, torch.where(x > lambd, x - bias, 0))
+
+
+def _gelu(node: Node, x: torch.Tensor) -> torch.Tensor:
+    """approximate='tanh' is the tanh form; any other value is the erf form, as in the executor."""
+    return F.gelu(x, approximate="tanh" if _attr(node, "approximate", "none") == "tanh" else "none")
+
+
+# unary ops with attributes, fn(node, x), defaults as the executor's
+PARAM_UNARY: dict[str, Callable[[Node, torch.Tensor], torch.Tensor]] = {
+    "LeakyRelu": lambda node, x: torch.where(x >= 0, x, x * _attr(node, "alpha", 0.01)),
+    "Elu": lambda node, x: _negative_part_expm1(x, _attr(node, "alpha", 1.0)),
+    "Selu": lambda node, x: _attr(node, "gamma", 1.05070102214813232421875) * _negative_part_expm1(
+        x, _attr(node, "alpha", 1.67326319217681884765625)),
+    "HardSigmoid": lambda node, x: torch.clamp(_attr(node, "alpha", 0.2) * x + _attr(node, "beta", 0.5), 0, 1),
+    "ThresholdedRelu": lambda node, x: torch.where(x > _attr(node, "alpha", 1.0), x, 0),
+    "Celu": _celu, "Shrink": _shrink, "Gelu": _gelu,
+    "Swish": lambda node, x: x * torch.sigmoid(_attr(node, "alpha", 1.0) * x),
+}
+
+
+@_register(*PARAM_UNARY)
+def _param_unary(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """Integer inputs (Shrink's) compute in float64, as numpy's do with a float attribute."""
+    x = inputs[0]
+    return [PARAM_UNARY[node.op_type](node, _widened(x)).to(x.dtype)]
+
+
+VARIADIC: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "Sum": torch.add, "Mean": torch.add, "Max": torch.maximum, "Min": torch.minimum,
+}
+
+
+@_register(*VARIADIC)
+def _variadic(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """Folded left to right with broadcasting, in the first input's dtype."""
+    tensors = [x for x in inputs if x is not None]
+    result = functools.reduce(VARIADIC[node.op_type], tensors)
+    return [(result / len(tensors) if node.op_type == "Mean" else result).to(tensors[0].dtype)]
 
 
 def _divide(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -235,10 +304,100 @@ def _gather(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.T
     return [picked.reshape(x.shape[:axis] + indices.shape + x.shape[axis + 1:])]
 
 
+def _reflected(positions: torch.Tensor, size: int) -> torch.Tensor:
+    """numpy's reflect padding, any width: the mirror image repeats with period 2 (size - 1)."""
+    if size == 1:
+        return torch.zeros_like(positions)
+    period = 2 * (size - 1)
+    folded = torch.remainder(positions, period)
+    return torch.where(folded < size, folded, period - folded)
+
+
+# Pad's non-constant modes: source index along an axis for each output position (x's index space)
+PAD_SOURCES: dict[str, Callable[[torch.Tensor, int], torch.Tensor]] = {
+    "edge": lambda positions, size: torch.clamp(positions, 0, size - 1),
+    "reflect": _reflected,
+    "wrap": lambda positions, size: torch.remainder(positions, size),
+}
+
+
+@_register("Pad")
+def _pad(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """Negative pads crop. Constant mode fills, then places x cropped (the fill value a device
+    tensor when it is an input); the other modes gather each padded axis at the source index of
+    every output position, which for a crop beside a pad is the executor's pad-then-crop."""
+    x = inputs[0]
+    width, value = pad_arguments(node, inputs, x.ndim)
+    mode = _attr(node, "mode", "constant")
+    if mode == "constant":
+        fill = value.to(x.dtype) if isinstance(value, torch.Tensor) else x.new_full((), value)
+        out = fill.expand([size + lo + hi for size, (lo, hi) in zip(x.shape, width)]).contiguous()
+        kept = tuple(slice(max(-lo, 0), size - max(-hi, 0)) for size, (lo, hi) in zip(x.shape, width))
+        cropped = x[kept]
+        out[tuple(slice(max(lo, 0), max(lo, 0) + size) for size, (lo, _) in zip(cropped.shape, width))] = cropped
+        return [out]
+    out = x
+    for axis, (size, (lo, hi)) in enumerate(zip(x.shape, width)):
+        if lo or hi:
+            positions = torch.arange(-lo, size + hi, device=x.device)
+            out = out.index_select(axis, PAD_SOURCES[mode](positions, size))
+    return [out]
+
+
+@_register("Trilu")
+def _trilu(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """A mask of the last two axes against the diagonal k, read on the device (no host sync)."""
+    x, k = inputs[0], _opt(inputs, 1)
+    rows, cols = x.shape[-2:]
+    offset = torch.arange(cols, device=x.device) - torch.arange(rows, device=x.device).unsqueeze(1)
+    diagonal = 0 if k is None else k.reshape(())
+    keep = offset >= diagonal if _attr(node, "upper", 1) else offset <= diagonal
+    return [torch.where(keep, x, x.new_zeros(()))]
+
+
+@_register("DepthToSpace", "SpaceToDepth")
+def _depth_space(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    x = inputs[0]
+    tiles, order, out_shape = depth_space_plan(node, x.shape)
+    return [x.reshape(tiles).permute(order).reshape(out_shape)]
+
+
+@_register("CumSum", "CumProd")
+def _cumulative(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """The axis is a host value (HOST_INPUTS); exclusive shifts by one, the op's identity first."""
+    x = inputs[0]
+    axis = int(inputs[1].reshape(-1)[0]) % max(x.ndim, 1)
+    reverse = _attr(node, "reverse", 0)
+    data = torch.flip(x, (axis,)) if reverse else x
+    if _attr(node, "exclusive", 0):
+        identity = torch.full_like(data.narrow(axis, 0, 1), 0 if node.op_type == "CumSum" else 1)
+        data = torch.cat([identity, data.narrow(axis, 0, x.shape[axis] - 1)], dim=axis)
+    scan = torch.cumsum if node.op_type == "CumSum" else torch.cumprod
+    out = scan(data, dim=axis, dtype=x.dtype)
+    return [torch.flip(out, (axis,)) if reverse else out]
+
+
 # --------------------------------------------------------------------------- reductions, normalization
 
+def _product(x: torch.Tensor, dim: tuple[int, ...], keepdim: bool) -> torch.Tensor:
+    """torch.prod takes one axis: the axes one at a time, the last first (earlier indices hold)."""
+    for axis in sorted(dim, reverse=True):
+        x = torch.prod(x, dim=axis, keepdim=keepdim)
+    return x
+
+
+def _sum_of_squares(x: torch.Tensor, dim: tuple[int, ...], keepdim: bool) -> torch.Tensor:
+    return torch.sum(torch.square(x), dim=dim, keepdim=keepdim)
+
+
+# fn(x, dim, keepdim); the result is cast to x's dtype
 REDUCERS: dict[str, Callable[..., torch.Tensor]] = {
     "ReduceMean": torch.mean, "ReduceSum": torch.sum, "ReduceMax": torch.amax, "ReduceMin": torch.amin,
+    "ReduceProd": _product, "ReduceSumSquare": _sum_of_squares,
+    "ReduceL1": lambda x, dim, keepdim: torch.sum(torch.abs(x), dim=dim, keepdim=keepdim),
+    "ReduceL2": lambda x, dim, keepdim: torch.sqrt(_widened(_sum_of_squares(x, dim, keepdim))),
+    "ReduceLogSum": lambda x, dim, keepdim: torch.log(_widened(torch.sum(x, dim=dim, keepdim=keepdim))),
+    "ReduceLogSumExp": lambda x, dim, keepdim: torch.logsumexp(_widened(x), dim=dim, keepdim=keepdim),
 }
 
 
@@ -250,6 +409,19 @@ def _reduce(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.T
         return [x]
     out = REDUCERS[node.op_type](x, dim=axes, keepdim=bool(_attr(node, "keepdims", 1)))
     return [out.to(x.dtype)]
+
+
+@_register("ArgMax", "ArgMin")
+def _arg_extreme(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """torch, like numpy, picks the first of equal extremes (and a NaN as the extreme);
+    select_last_index searches the flipped axis."""
+    x = inputs[0]
+    axis = _attr(node, "axis", 0) % x.ndim
+    keepdim = bool(_attr(node, "keepdims", 1))
+    find = torch.argmax if node.op_type == "ArgMax" else torch.argmin
+    if _attr(node, "select_last_index", 0):
+        return [x.shape[axis] - 1 - find(torch.flip(x, (axis,)), dim=axis, keepdim=keepdim)]
+    return [find(x, dim=axis, keepdim=keepdim)]
 
 
 @_register("Softmax", "LogSoftmax")
@@ -281,6 +453,38 @@ def _batch_norm(node: Node, inputs: list[Any], context: GlueContext) -> list[tor
     """Inference form (LIMITS sends training_mode=1 to the executor)."""
     x, scale, bias, mean, var = inputs[:5]
     return [F.batch_norm(x, mean, var, scale, bias, training=False, eps=float(_attr(node, "epsilon", 1e-5)))]
+
+
+@_register("InstanceNormalization", "GroupNormalization")
+def _group_norm(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """Statistics per sample and group (InstanceNormalization: a group per channel) in the
+    executor's stash dtype (fp32 for fp16/bf16), cast back after the affine step; an opset-18
+    GroupNormalization's per-group scale and bias spread over each group's channels."""
+    x, scale, bias = inputs[:3]
+    channels = x.shape[1]
+    groups = _attr(node, "num_groups", channels)
+    work = x.to(torch_dtype(_stash_dtype(_stand_in(x), node).name)).reshape(x.shape[0], groups, -1)
+    var, mean = torch.var_mean(work, dim=2, keepdim=True, correction=0)
+    normed = ((work - mean) / torch.sqrt(var + _attr(node, "epsilon", 1e-5))).reshape(x.shape)
+    if scale.shape[0] != channels:
+        scale, bias = (p.reshape(-1, 1).expand(-1, channels // groups).reshape(-1) for p in (scale, bias))
+    shape = (1, channels) + (1,) * (x.ndim - 2)
+    return [(normed * scale.reshape(shape) + bias.reshape(shape)).to(x.dtype)]
+
+
+@_register("LRN")
+def _lrn(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """Each channel's window is the (size - 1) // 2 channels before it and the rest after (ONNX;
+    F.local_response_norm centres an even window the other way): the squares padded so, then
+    averaged over size channels by one pooling pass."""
+    x = inputs[0]
+    size = _attr(node, "size")
+    alpha, beta, bias = _attr(node, "alpha", 1e-4), _attr(node, "beta", 0.75), _attr(node, "bias", 1.0)
+    before = (size - 1) // 2
+    squares = torch.square(x).reshape(x.shape[0], 1, x.shape[1], -1)  # (N, 1, C, rest)
+    padded = F.pad(squares, (0, 0, before, size - 1 - before))
+    window_mean = F.avg_pool2d(padded, (size, 1), stride=1).reshape(x.shape)
+    return [x / (bias + alpha * window_mean) ** beta]
 
 
 # --------------------------------------------------------------------------- contractions, pooling
@@ -407,7 +611,7 @@ class _GlueCall:
     def __init__(self, node: Node, constants: Mapping[str, np.ndarray], device_constant: Callable[[str], torch.Tensor],
                  context: GlueContext) -> None:
         self.node, self.context, self.op = node, context, GLUE[node.op_type]
-        self.host_slots = frozenset(VALUE_SHAPED_INPUTS.get(node.op_type, ()))
+        self.host_slots = frozenset(VALUE_SHAPED_INPUTS.get(node.op_type, ()) + HOST_INPUTS.get(node.op_type, ()))
         self.bound: dict[int, Any] = {}
         for slot, name in enumerate(node.inputs):
             if name in constants:
@@ -419,7 +623,7 @@ class _GlueCall:
         for slot, name in enumerate(node.inputs):
             if slot in self.bound or not name:
                 inputs.append(self.bound.get(slot))
-            elif slot in self.host_slots:  # computed at run time (the importer folds these): read on the host
+            elif slot in self.host_slots:  # computed at run time (folded in practice): read on the host
                 inputs.append(to_host(env[name]))
             else:
                 inputs.append(env[name])
