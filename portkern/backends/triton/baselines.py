@@ -37,11 +37,16 @@ def for_task(task: Task) -> Compute | None:
     if builder is None:
         return None
     compute = _channels_last(builder(task)) if task.attr("layout") == "nhwc" else builder(task)
-    return _in_fp32(compute) if task.dtype == "float32" else compute
+    return _in_fp32(compute) if task.dtype == "float32" and task.kind in _CONTRACTIONS else compute
+
+
+# kinds whose torch ops reach cuBLAS or cuDNN, where TF32 can round float32 (the switch costs ~4 us
+# of host time a call, so the other kinds go without it)
+_CONTRACTIONS = frozenset({"gemm", "bmm", "attention", "conv2d"})
 
 
 def _in_fp32(compute: Compute) -> Compute:
-    """A float32 task's baseline computes in float32 (no TF32 rounding in cuDNN or cuBLAS)."""
+    """A float32 contraction's baseline computes in float32 (no TF32 rounding in cuDNN or cuBLAS)."""
     def run(inputs: Sequence[torch.Tensor]) -> torch.Tensor:
         with float32_contractions():
             return compute(inputs)
