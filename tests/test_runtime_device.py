@@ -30,8 +30,9 @@ from portkern.partition import partition
 from portkern import runtime
 from portkern.runtime import Session
 from portkern.search.records import Measurement, Verdict
-from portkern.synthetic import (attention_task, conv2d_task, elementwise_task, gemm_task, layernorm_task,
-                                pool_task, reduce_task, softmax_task)
+from portkern.tasks import Task
+from portkern.synthetic import (GraphBuilder, attention_task, conv2d_task, elementwise_task, gemm_task,
+                                layernorm_task, pool_task, reduce_task, softmax_task)
 from portkern.verify import make_inputs
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -546,9 +547,24 @@ def test_tvm_session_runs_stretches_in_onnxruntime_on_host_arrays(tmp_path: Path
     np.testing.assert_allclose(session.run(feeds)["y"], want, rtol=1e-6, atol=1e-6)
 
 
+def _conv_with_folded_batchnorm() -> Task:
+    """Conv -> BatchNormalization -> Relu as partition folds it: the folded weight and bias are
+    both the task's constants and its inputs, which the gate fills with values of its own."""
+    rng = np.random.default_rng(3)
+    builder = GraphBuilder("conv_bn_relu", "float32")
+    shape = (2, 6, 7, 7)
+    conv = builder.op("Conv", [builder.input("x", (2, 4, 7, 7)), builder.constant(rng.standard_normal((6, 4, 1, 1)))],
+                      shape, kernel_shape=[1, 1])
+    params = [builder.constant(rng.standard_normal(6)) for _ in range(3)] + [builder.constant(rng.random(6) + 0.5)]
+    task = builder.task(builder.op("Relu", [builder.op("BatchNormalization", [conv, *params], shape)], shape))
+    assert set(task.input_names[1:]) <= set(task.constants)
+    return task
+
+
 @pytest.mark.parametrize("make", [
     lambda: conv2d_task(2, 5, 9, 11, 7, 3, 3, "float16", stride=2, pad=1, activation="relu", residual=True,
                         nhwc=True),
+    _conv_with_folded_batchnorm,
     lambda: conv2d_task(2, 4, 8, 8, 8, 3, 3, "float32", pad=1, group=2),
     lambda: pool_task(2, 6, 9, 9, "max", kernel=3, stride=2, pad=1, dtype="float16", nhwc=True),
     lambda: pool_task(2, 6, 8, 8, "avg", dtype="float32"),
@@ -558,7 +574,7 @@ def test_tvm_session_runs_stretches_in_onnxruntime_on_host_arrays(tmp_path: Path
     lambda: layernorm_task(6, 40, "float32"),
     lambda: reduce_task((4, 9, 5), "float32", "mean", axes=[1]),
     lambda: elementwise_task((3, 17), "float16", [("mul", "in0", 0.5), ("erf", "t0"), ("add", "t1", "in1")]),
-], ids=["conv-nhwc-residual", "conv-grouped", "maxpool-nhwc", "avgpool", "gemm-gelu-residual", "attention-mask",
+], ids=["conv-nhwc-residual", "conv-folded-bn", "conv-grouped", "maxpool-nhwc", "avgpool", "gemm-gelu-residual", "attention-mask",
         "softmax", "layernorm", "reduce-mean", "elementwise-erf"])
 def test_the_triton_backends_float64_reference_is_the_executors(backend: TritonBackend, make: Any) -> None:
     """The gate's ground truth on the Triton backend is its device glue in float64 (cuDNN/cuBLAS

@@ -640,7 +640,10 @@ def stretch_piece(backend: TritonBackend, nodes: Sequence[Node], inputs: Sequenc
                   constants: Mapping[str, np.ndarray], opset: int) -> StretchPiece:
     """The stretch as device glue, node by node in graph order, reading `inputs` (constants aside)
     and returning `outputs`; a node glue does not cover runs in the executor on the host (listed
-    on the piece)."""
+    on the piece). A constant that is also an input is read as an input: a task's folded weights
+    are its constants and its inputs, and the gate feeds them values of its own."""
+    fed = set(inputs)
+    constants = {name: value for name, value in constants.items() if name not in fed}
     context = GlueContext(opset, backend)
     on_device: dict[str, torch.Tensor] = {}
 
