@@ -66,7 +66,7 @@ def parse_shape_args(args: Sequence[str]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _read(model: str | Path | bytes | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
+def read_model(model: str | Path | bytes | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
     """The parsed model and the sha256 of its bytes; every failure is one clear line."""
     if isinstance(model, onnx.ModelProto):
         return model, hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest()
@@ -130,15 +130,24 @@ def node_from_proto(node: onnx.NodeProto, name: str | None = None) -> Node:
     )
 
 
-def _unique_nodes(proto: onnx.ModelProto) -> list[Node]:
-    """IR nodes with unique names (runtime overrides are keyed by node name)."""
-    nodes: list[Node] = []
+def node_names(proto: onnx.ModelProto) -> list[str]:
+    """The IR's name of each node of the model file, in file order: its own where it has one and
+    it is unique, else made from its op type and place (runtime overrides are keyed by name)."""
+    names: list[str] = []
     seen: set[str] = set()
     for index, proto_node in enumerate(proto.graph.node):
         name = proto_node.name or f"{proto_node.op_type}_{index}"
         if name in seen:
             name = f"{name}_{index}"
         seen.add(name)
+        names.append(name)
+    return names
+
+
+def _unique_nodes(proto: onnx.ModelProto) -> list[Node]:
+    """IR nodes with unique names."""
+    nodes: list[Node] = []
+    for name, proto_node in zip(node_names(proto), proto.graph.node, strict=True):
         if proto_node.domain not in DEFAULT_DOMAINS or proto_node.op_type not in SUPPORTED_OPS:
             raise UnsupportedOpError(
                 f"{proto_node.domain}.{proto_node.op_type}" if proto_node.domain
@@ -302,7 +311,7 @@ def _check_static(node: Node, constants: Mapping[str, np.ndarray]) -> None:
 def load_model(model: str | Path | bytes | onnx.ModelProto,
                shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
     """Read, bind, infer and fold an ONNX model into a Graph with every shape concrete."""
-    proto, model_hash = _read(model)
+    proto, model_hash = read_model(model)
     opset = _opset(proto)
     nodes = _unique_nodes(proto)
     graph_proto = proto.graph

@@ -37,7 +37,7 @@ def _attribute(name: str, value: Any) -> onnx.AttributeProto:
     return helper.make_attribute(name, value)
 
 
-def _node_proto(node: Node) -> onnx.NodeProto:
+def node_proto(node: Node) -> onnx.NodeProto:
     proto = helper.make_node(node.op_type, list(node.inputs), list(node.outputs), name=node.name,
                              domain=node.domain or None)
     proto.attribute.extend(_attribute(key, value) for key, value in node.attrs.items())
@@ -61,7 +61,7 @@ def subgraph_model(nodes: Sequence[Node], inputs: Mapping[str, TensorSpec], outp
     initializers = [numpy_helper.from_array(np.asarray(value), key)
                     for key, value in constants.items() if key in read and key not in inputs]
     graph = helper.make_graph(
-        [_node_proto(node) for node in nodes], name,
+        [node_proto(node) for node in nodes], name,
         [_value_info(key, spec) for key, spec in inputs.items()],
         [_value_info(key, spec) for key, spec in outputs.items()],
         initializer=initializers,
@@ -82,13 +82,16 @@ def task_model(task: Task) -> onnx.ModelProto:
                           task.opset, f"portkern_{task.key}")
 
 
-def session_options(threads: int, stop_spinning: bool = True) -> Any:
+def session_options(threads: int, stop_spinning: bool = True, custom_ops: Path | None = None) -> Any:
     """onnxruntime options for portkern's sessions. Pool threads spin between the ops of one run
     (waking a sleeping thread per op costs more than small ops take) and, with stop_spinning, stop
-    when the run ends, so the kernels that run between portkern's sessions get the cores."""
+    when the run ends, so the kernels that run between portkern's sessions get the cores.
+    custom_ops: a custom-op library the session's graph uses (backends/tvm/kernel_op.c)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
+    if custom_ops is not None:
+        options.register_custom_ops_library(str(custom_ops))
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
@@ -101,16 +104,18 @@ class OrtGraphPiece:
     """A run of graph nodes in one onnxruntime session, on host arrays: the runtime's baseline for
     the stretches of a model that the pack does not cover (glue ops and untuned tasks together)."""
 
-    def __init__(self, model: onnx.ModelProto | str | Path | bytes, threads: int, stop_spinning: bool = True) -> None:
+    def __init__(self, model: onnx.ModelProto | str | Path | bytes, threads: int, stop_spinning: bool = True,
+                 custom_ops: Path | None = None) -> None:
         """model: a rebuilt stretch, or the model file itself (a path keeps its external weights);
-        stop_spinning=False where nothing of portkern's runs between two runs of this session."""
+        stop_spinning=False where nothing of portkern's runs between two runs of this session;
+        custom_ops: the library of the custom ops the model's nodes use."""
         import onnxruntime as ort
 
         loadable = model.SerializeToString() if isinstance(model, onnx.ModelProto) else \
             str(model) if isinstance(model, Path) else model
         name = model.graph.name if isinstance(model, onnx.ModelProto) else "the model file"
         try:
-            self.session = ort.InferenceSession(loadable, session_options(threads, stop_spinning),
+            self.session = ort.InferenceSession(loadable, session_options(threads, stop_spinning, custom_ops),
                                                 providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own types for bad graphs
             raise OrtSubgraphError(f"onnxruntime rejects {name}: {str(exc).splitlines()[0]}") from None

@@ -7,7 +7,9 @@ on other hardware or software is refused unless the caller allows the mismatch, 
 kernel is re-verified by the gate before it is used.
 
 A run is a list of steps in graph order: kernels, baseline ops, stretches of the model run by the
-backend's own runtime (`Backend.stretch_runner`), and the reference executor for what is left. On a
+backend's own runtime (`Backend.stretch_runner`), and the reference executor for what is left; or,
+where the backend's runtime can call the kernels itself (`Backend.graph_runner`: TVM's kernels as
+onnxruntime custom ops), one step, the whole model in that runtime with no cut at any kernel. On a
 backend whose memory is the host (TVM) the values between steps are host arrays. On any other (Triton)
 they stay on the device: feeds go there once, every step reads and writes device buffers, and only
 the graph outputs come back (feeds that are device buffers already, with `outputs_on_device`, never
@@ -133,6 +135,13 @@ class Session:
             self.kernels.append(BoundKernel(task, program, entry))
         for task, reason in self.fallbacks:
             log.warning("fallback to the baseline for %s: %s", task.label, reason)
+        whole = self.backend.graph_runner(self.graph, [(bound.task, bound.entry.artifact)
+                                                       for bound in self.kernels if bound.entry is not None],
+                                          self.source)
+        if whole is not None:  # the kernels inside the backend's runtime: one piece, one step
+            self.pieces = [(list(self.graph.nodes), whole)]
+            self.steps = [self._piece_step(f"{len(self.kernels)} kernels inside the model's runtime", whole.run)]
+            return
         self._cover_rest()
         self.steps = self._ordered_steps()
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..executor import run_nodes
 from ..hwprofile import Target
-from ..ir import Node, TensorSpec
+from ..ir import Graph, Node, TensorSpec
 from ..tasks import Task
 
 
@@ -195,6 +195,14 @@ class Backend(ABC):
         the stretch is the whole graph, is the model file itself, which a runtime may prefer to
         a rebuilt graph (the exporter's symbolic dims, the fusions its optimizer expects). None:
         not available; the runtime falls back task by task, then to the reference executor."""
+        return None
+
+    def graph_runner(self, graph: Graph, kernels: Sequence[tuple[Task, Artifact]],
+                     source: str | Path | bytes | None = None) -> StretchPiece | None:
+        """The whole graph in the backend's own runtime with the pack's kernels called from inside
+        it (onnxruntime custom ops, for TVM): no cut of that runtime's graph at each kernel.
+        `source`: the model file the graph was loaded from, where there is one. None: kernels run
+        as steps of their own, between stretches (stretch_runner)."""
         return None
 
     def reference(self, task: Task, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

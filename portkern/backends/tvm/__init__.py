@@ -20,6 +20,7 @@ Python no CUDA events.
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import platform
 import tempfile
@@ -35,16 +36,18 @@ import tvm_ffi
 from tvm_ffi import get_global_func
 
 from ...hwprofile import Target
-from ...ir import Node, TensorSpec
+from ...ir import Graph, Node, TensorSpec
 from ...ort_subgraph import OrtGraphPiece, OrtProgram, OrtSubgraphError, subgraph_model
 from ...tasks import Task
 from ..base import (HOST_BUFFER_ALIGNMENT, Artifact, Backend, Candidate, CompileError, Program, StretchPiece,
                     Variant)
-from . import attention, conv2d, gemm, global_pool, layernorm, pool, softmax
+from . import attention, conv2d, gemm, global_pool, inline, layernorm, pool, softmax
 from .common import nearest_valid
 from .cuda import TEMPLATES as CUDA_TEMPLATES
 from .cuda import build as cuda_build
 from .program import TvmProgram
+
+log = logging.getLogger("portkern.tvm")
 
 TEMPLATES: dict[str, tuple[types.ModuleType, ...]] = {
     "gemm": (gemm,),
@@ -240,6 +243,21 @@ class TvmBackend(Backend):
             # the whole model in one session: nothing of portkern's runs between its runs
             return StretchPiece(OrtGraphPiece(model, threads=self.target.profile.cores, stop_spinning=source is None))
         except OrtSubgraphError:
+            return None
+
+    def graph_runner(self, graph: Graph, kernels: Sequence[tuple[Task, Artifact]],
+                     source: str | Path | bytes | None = None) -> StretchPiece | None:
+        """The whole model in one onnxruntime session, each kernel a custom-op node in it
+        (inline.py); None on a GPU, or where the op cannot host a kernel here (said in the log)."""
+        if self.gpu_target or not kernels:
+            return None
+        threads = self.target.profile.cores
+        try:
+            model = inline.inline_model(graph, kernels, threads, source)
+            return StretchPiece(OrtGraphPiece(model, threads=threads, stop_spinning=False,
+                                              custom_ops=inline.op_library()))
+        except (inline.InlineUnavailable, OrtSubgraphError) as exc:
+            log.warning("kernels run between onnxruntime sessions, not inside one: %s", exc)
             return None
 
     # --- buffers: TVM tensors on the host, or on the GPU ---------------------------------------
