@@ -142,31 +142,41 @@ def test_a_shape_read_inside_a_kernels_task_becomes_a_constant(backend: TvmBacke
 
 
 def _cnn(path: Path) -> Path:
-    """Conv (+ bias, Relu) -> MaxPool -> GlobalAveragePool -> Flatten -> Gemm, on a 1x3x17x17 input."""
+    """Conv -> BatchNormalization -> Relu -> MaxPool -> GlobalAveragePool -> Flatten -> Gemm on a
+    1x3x17x17 input, its weights listed among the graph inputs too, as old exporters (IR < 4) did:
+    the BN folds into the conv's task, so the conv's own weight is read by nothing once the kernel
+    replaces them."""
     rng = np.random.default_rng(5)
-    weights = {"w": rng.standard_normal((8, 3, 3, 3)), "b": rng.standard_normal(8), "fc": rng.standard_normal((4, 8)),
+    weights = {"w": rng.standard_normal((8, 3, 3, 3)), "scale": rng.standard_normal(8), "shift": rng.standard_normal(8),
+               "mean": rng.standard_normal(8), "var": rng.random(8) + 0.5, "fc": rng.standard_normal((4, 8)),
                "fcb": rng.standard_normal(4)}
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "scale", "shift", "mean", "var"], ["n"], name="bn"),
+             helper.make_node("Relu", ["n"], ["r"], name="relu"),
              helper.make_node("MaxPool", ["r"], ["p"], name="pool", kernel_shape=[3, 3], strides=[2, 2]),
              helper.make_node("GlobalAveragePool", ["p"], ["g"], name="gap"),
              helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
              helper.make_node("Gemm", ["f", "fc", "fcb"], ["y"], name="fc", transB=1)]
-    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 17, 17])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
-                              [numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()])
+    initializers = [numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 17, 17])] + [
+        helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape)) for k, v in weights.items()]
+    graph = helper.make_graph(nodes, "cnn", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+                              initializers)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     return path
 
 
 def test_kernels_with_workspaces_and_a_feed_at_an_unaligned_address(backend: TvmBackend, tmp_path: Path) -> None:
     """The conv reads the graph's input, here from memory 4 bytes off TVM's 64-byte alignment
-    (the op copies it); conv and pool kernels allocate workspaces; several runs reuse them."""
+    (the op copies it); conv and pool kernels allocate workspaces; several runs reuse them; the
+    conv's own weight, folded away, leaves the file's initializers and inputs."""
     path = _cnn(tmp_path / "cnn.onnx")
     graph = load_model(path)
     kernels = _kernels(backend, graph, {"conv2d", "pool", "gemm"})
     assert {task.kind for task, _ in kernels} == {"conv2d", "pool", "gemm"}
     assert all(b"__TVMBackendAllocWorkspace" in artifact.binary for task, artifact in kernels if task.kind == "conv2d")
+    edited = inline.inline_model(graph, kernels, 2, source=path).graph
+    assert "w" not in {value.name for value in (*edited.input, *edited.initializer)}
     session = Session(path, _pack(backend, kernels))
     assert len(session.steps) == 1
     reference = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])

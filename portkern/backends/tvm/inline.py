@@ -179,6 +179,21 @@ def _shape_constant(node: onnx.NodeProto, graph: Graph) -> onnx.NodeProto | None
                             value=numpy_helper.from_array(value, node.output[0]))
 
 
+def _drop_unread_initializers(graph: onnx.GraphProto) -> None:
+    """Weights only the replaced nodes read (a conv's own, before BN folding) go, and so do their
+    entries among the graph inputs where an old model (IR < 4) lists initializers there too:
+    onnxruntime refuses such a model with an initializer nothing reads."""
+    read = {name for node in graph.node for name in node.input} | {value.name for value in graph.output}
+    unread = {tensor.name for tensor in graph.initializer} - read
+    if not unread:
+        return
+    kept_initializers = [tensor for tensor in graph.initializer if tensor.name not in unread]
+    kept_inputs = [value for value in graph.input if value.name not in unread]
+    del graph.initializer[:], graph.input[:]
+    graph.initializer.extend(kept_initializers)
+    graph.input.extend(kept_inputs)
+
+
 def _edited_file(source: str | Path | bytes, graph: Graph, replacing: dict[str, Node], replaced: set[str],
                  weights: dict[str, np.ndarray]) -> onnx.ModelProto | str:
     """The file with the kernels in place of their tasks' nodes; or why it cannot be edited so."""
@@ -201,6 +216,7 @@ def _edited_file(source: str | Path | bytes, graph: Graph, replacing: dict[str, 
             kept.append(node)
     del proto.graph.node[:]
     proto.graph.node.extend(kept)
+    _drop_unread_initializers(proto.graph)
     proto.graph.initializer.extend(numpy_helper.from_array(value, name) for name, value in weights.items())
     if not any(opset.domain == DOMAIN for opset in proto.opset_import):
         proto.opset_import.append(helper.make_opsetid(DOMAIN, 1))
