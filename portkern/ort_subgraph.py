@@ -175,3 +175,32 @@ class OrtProgram:
             binding.bind_output(name, "cpu", 0, result.dtype, result.shape, result.ctypes.data)
         self._copies = arrays  # bound by pointer: copies must outlive the run
         return binding, any(a is not v for a, v in zip(arrays, views))
+
+
+def node_seconds(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], runs: int, threads: int,
+                 custom_ops: Path | None = None) -> dict[str, float]:
+    """Each node's own time inside the whole model, by name, from onnxruntime's profiler: the
+    median of the last `runs` of 2 x `runs` runs. A node that onnxruntime fused into another shows
+    under the survivor's name (its time in the survivor's); a node moved to its blocked conv
+    layout shows as NAME_nchwc, reported here as NAME."""
+    import json
+    import statistics
+    import tempfile
+
+    import onnxruntime as ort
+
+    options = session_options(threads, stop_spinning=False, custom_ops=custom_ops)
+    options.enable_profiling = True
+    with tempfile.TemporaryDirectory(prefix="portkern_profile_") as scratch:
+        options.profile_file_prefix = str(Path(scratch) / "trace")
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        for _ in range(2 * runs):
+            session.run(None, dict(feeds))
+        events = json.loads(Path(session.end_profiling()).read_text())
+    durations: dict[str, list[float]] = {}
+    for event in events:
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+            name = event["name"].removesuffix("_kernel_time").removesuffix("_nchwc")
+            durations.setdefault(name, []).append(float(event["dur"]) * 1e-6)
+    return {name: statistics.median(times[len(times) // 2:]) for name, times in durations.items()}
+

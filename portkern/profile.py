@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from .backends.base import Backend, Candidate, Program
 from .hwprofile import Target
@@ -24,10 +24,16 @@ class TaskProfile:
     floor_seconds: float
     baseline: Measurement | None
     baseline_source: str
+    # the baseline runtime's own time for the task's nodes inside the whole model, where it can
+    # tell (Backend.baseline_in_model): what a kernel really has to beat when it is less
+    in_model_seconds: float | None = None
 
     @property
     def seconds(self) -> float | None:
-        return self.baseline.median if self.baseline else None
+        alone = self.baseline.median if self.baseline else None
+        if alone is not None and self.in_model_seconds is not None:
+            return min(alone, self.in_model_seconds)
+        return alone
 
     @property
     def total_seconds(self) -> float:
@@ -42,6 +48,7 @@ class TaskProfile:
                 "flops": self.task.flops, "min_bytes": self.task.min_bytes,
                 "floor_seconds": self.floor_seconds, "baseline_seconds": self.seconds,
                 "baseline_source": self.baseline_source, "headroom_seconds": self.headroom_seconds,
+                "baseline_in_model_seconds": self.in_model_seconds,
                 "baseline": self.baseline.to_dict() if self.baseline else None}
 
 
@@ -65,7 +72,10 @@ def baseline_program(backend: Backend, task: Task) -> tuple[Program | None, str]
 
 
 def profile_tasks(tasks: Sequence[tuple[Task, int]], backend: Backend,
-                  options: MeasureOptions = MeasureOptions()) -> list[TaskProfile]:
+                  options: MeasureOptions = MeasureOptions(),
+                  in_model: Mapping[str, float] | None = None) -> list[TaskProfile]:
+    """Each workload's baseline timed alone, and its time inside the model where `in_model`
+    (Backend.baseline_in_model) has it; sorted by headroom."""
     profiles = []
     for task, count in tasks:
         program, source = baseline_program(backend, task)
@@ -75,7 +85,11 @@ def profile_tasks(tasks: Sequence[tuple[Task, int]], backend: Backend,
                 measurement = time_program(backend, program, task, options)
             except Exception as exc:  # a baseline that cannot run this task is reported, not fatal
                 source = f"{source} failed: {type(exc).__name__}: {exc}"[:200]
-        profiles.append(TaskProfile(task, count, floor_seconds(task, backend.target), measurement, source))
+        in_model_seconds = (in_model or {}).get(task.key)
+        if measurement is not None and in_model_seconds is not None and in_model_seconds < measurement.median:
+            source = f"{source} inside the model; {measurement.median * 1e3:.4g} ms alone"
+        profiles.append(TaskProfile(task, count, floor_seconds(task, backend.target), measurement, source,
+                                    in_model_seconds))
     return sorted(profiles, key=lambda p: p.headroom_seconds, reverse=True)
 
 

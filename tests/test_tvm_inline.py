@@ -217,3 +217,23 @@ def test_a_kernel_with_an_output_the_op_cannot_write_is_refused(backend: TvmBack
                         meta={"arg_shapes": [[4, 8], [8], [8], [4, 8]]})
     with pytest.raises(inline.InlineUnavailable, match="float32 outputs only"):
         inline.kernel_node(task, artifact, 2)
+
+
+def test_baselines_inside_the_model_come_from_onnxruntimes_profiler(backend: TvmBackend,
+                                                                  bert: tuple[Path, dict]) -> None:
+    """Each workload whose nodes the profiler names gets its in-model time; a profile's baseline
+    is the lesser of that and its time alone (what a kernel must beat in the model)."""
+    from portkern.profile import TaskProfile
+    from portkern.search.records import Measurement
+
+    path, shapes = bert
+    graph, tasks = backend_tasks(load_model(path, shapes), backend)
+    in_model = backend.baseline_in_model(graph, tasks, path)
+    assert in_model is not None
+    assert {task.kind for task in tasks if task.key in in_model} >= {"gemm", "layernorm"}
+    assert all(0.0 < seconds < 0.1 for seconds in in_model.values())
+    gemm = next(task for task in tasks if task.kind == "gemm" and task.key in in_model)
+    alone = TaskProfile(gemm, 1, 0.0, Measurement([2 * in_model[gemm.key]] * 3, "test"), "tvm baseline",
+                        in_model[gemm.key])
+    assert alone.seconds == in_model[gemm.key]
+    assert TaskProfile(gemm, 1, 0.0, Measurement([1e-9] * 3, "test"), "tvm baseline", in_model[gemm.key]).seconds == 1e-9

@@ -24,6 +24,7 @@ import json
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -31,17 +32,56 @@ import numpy as np
 import onnxruntime as ort
 
 from portkern.backends import get_backend
-from portkern.backends.base import Candidate
+from portkern.backends.base import Backend, Candidate
 from portkern.hwprofile import load_target
+from portkern.ir import Graph
 from portkern.models import random_feeds
 from portkern.onnx_import import load_model
 from portkern.pack import Pack, PackEntry
 from portkern.partition import backend_tasks
 from portkern.runtime import Session
 from portkern.search.records import Measurement, Verdict
+from portkern.tasks import Task
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "models"))
 from tune_models import model_file, run_header  # noqa: E402
+
+
+@dataclass
+class Winners:
+    """A tuned model's winners (kept or dropped by the whole-model check) rebuilt from a result."""
+
+    path: Path
+    graph: Graph
+    backend: Backend
+    tasks: list[Task]  # every occurrence, in graph order
+    by_key: dict[str, Task]
+    info: dict[str, dict[str, Any]]  # the tune report's row per winner
+    entries: dict[str, PackEntry]
+
+
+def rebuild_winners(result: str | Path, model: str) -> Winners:
+    """The model file again (benchmarks/models/tune_models.py makes it the same way) and every
+    winner that beat its baseline alone, built at its tuned config."""
+    row = next(r for r in json.loads(Path(result).read_text())["rows"] if r["model"] == model)
+    winners = {t["key"]: t for t in row["report"]["tasks"]
+               if t.get("config") and (t["status"].startswith(("kept", "dropped")))}
+    path, shapes = model_file(model, Path(tempfile.mkdtemp(prefix="pk-winners-")))
+    backend = get_backend(load_target(row["report"]["target"]))
+    graph, tasks = backend_tasks(load_model(path, shapes or None), backend)
+    by_key = {t.key: t for t in tasks}
+    entries: dict[str, PackEntry] = {}
+    for key, info in winners.items():
+        task = by_key[key]
+        # a rule-derived variant (name~rules-...) is its base's source with a wider space
+        variant = next(v for v in backend.variants(task) if v.name == info["variant"].split("~")[0])
+        artifact = backend.compile(Candidate.of(variant, dict(info["config"])), task)
+        entries[key] = PackEntry(key=key, task=task.describe(), backend=backend.name, variant=variant.name,
+                                 origin="builtin", config=dict(info["config"]), artifact=artifact,
+                                 verdict=Verdict(True, "", variant.precision, {}),
+                                 measurement=Measurement([info["best_seconds"]], "tuned"),
+                                 baseline_seconds=info["baseline_seconds"], floor_seconds=0.0)
+    return Winners(path, graph, backend, tasks, by_key, winners, entries)
 
 
 def main() -> int:
@@ -54,23 +94,9 @@ def main() -> int:
     parser.add_argument("--json")
     args = parser.parse_args()
 
-    row = next(r for r in json.loads(Path(args.result).read_text())["rows"] if r["model"] == args.model)
-    winners = {t["key"]: t for t in row["report"]["tasks"]
-               if t.get("config") and (t["status"].startswith(("kept", "dropped")))}
-    path, shapes = model_file(args.model, Path(tempfile.mkdtemp(prefix="pk-guard-audit-")))
-    backend = get_backend(load_target(row["report"]["target"]))
-    graph, tasks = backend_tasks(load_model(path, shapes or None), backend)
-    by_key = {t.key: t for t in tasks}
-    entries: dict[str, PackEntry] = {}
-    for key, info in winners.items():
-        task = by_key[key]
-        variant = next(v for v in backend.variants(task) if v.name == info["variant"])
-        artifact = backend.compile(Candidate.of(variant, dict(info["config"])), task)
-        entries[key] = PackEntry(key=key, task=task.describe(), backend=backend.name, variant=variant.name,
-                                 origin="builtin", config=dict(info["config"]), artifact=artifact,
-                                 verdict=Verdict(True, "", variant.precision, {}),
-                                 measurement=Measurement([info["best_seconds"]], "tuned"),
-                                 baseline_seconds=info["baseline_seconds"], floor_seconds=0.0)
+    rebuilt = rebuild_winners(args.result, args.model)
+    path, graph, backend, by_key, winners, entries = (rebuilt.path, rebuilt.graph, rebuilt.backend, rebuilt.by_key,
+                                                      rebuilt.info, rebuilt.entries)
 
     def session(chosen: dict[str, PackEntry]) -> Session:
         return Session(graph, Pack(target={"name": backend.target.name, "backend": backend.name},

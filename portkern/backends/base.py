@@ -197,6 +197,14 @@ class Backend(ABC):
         not available; the runtime falls back task by task, then to the reference executor."""
         return None
 
+    def baseline_in_model(self, graph: Graph, tasks: Sequence[Task],
+                          source: str | Path | bytes | None = None) -> dict[str, float] | None:
+        """Seconds per occurrence of each workload (by key) as the backend's own runtime spends
+        them inside the whole model, where it can tell (a profiler): a runtime that fuses or
+        re-lays out across tasks may run a task's nodes in the model much faster than their
+        subgraph alone (baseline(task)). None: no such measure here."""
+        return None
+
     def graph_runner(self, graph: Graph, kernels: Sequence[tuple[Task, Artifact]],
                      source: str | Path | bytes | None = None) -> StretchPiece | None:
         """The whole graph in the backend's own runtime with the pack's kernels called from inside

@@ -37,7 +37,8 @@ from tvm_ffi import get_global_func
 
 from ...hwprofile import Target
 from ...ir import Graph, Node, TensorSpec
-from ...ort_subgraph import OrtGraphPiece, OrtProgram, OrtSubgraphError, subgraph_model
+from ...models import random_feeds
+from ...ort_subgraph import OrtGraphPiece, OrtProgram, OrtSubgraphError, node_seconds, subgraph_model
 from ...tasks import Task
 from ..base import (HOST_BUFFER_ALIGNMENT, Artifact, Backend, Candidate, CompileError, Program, StretchPiece,
                     Variant)
@@ -77,6 +78,7 @@ _THREADS_SHARE_CORES = -3
 # every kernel on its pinned core, where onnxruntime's threads then ran the model's next stretch:
 # two kept kernels made the demo BERT 2x slower (benchmarks/cpu/split_cost_probe.py).
 POOL_SPIN_COUNT = 128
+IN_MODEL_RUNS = 20  # profiled whole-model runs (after as many warm-up runs) for baseline_in_model
 
 
 def _use_cores(cores: int) -> None:
@@ -244,6 +246,29 @@ class TvmBackend(Backend):
             return StretchPiece(OrtGraphPiece(model, threads=self.target.profile.cores, stop_spinning=source is None))
         except OrtSubgraphError:
             return None
+
+    def baseline_in_model(self, graph: Graph, tasks: Sequence[Task],
+                          source: str | Path | bytes | None = None) -> dict[str, float] | None:
+        """onnxruntime's profiler on the whole model: a task's time is that of its nodes found by
+        name (a node fused into one of them counts in the survivor's time). Measured on the
+        Xeon VM, bert-mini (benchmarks/cpu/in_model_profile.py): a 256x256 GEMM with bias 75 us
+        in the model vs 167 us alone, LayerNorm 23 vs 62, attention 109 vs 184; resnet50's
+        64-channel 3x3 conv 0.66 ms (its NCHWc chain) vs 1.2 ms alone."""
+        if self.gpu_target:
+            return None
+        try:
+            model = inline.named_model(graph, source)
+            seconds = node_seconds(model, random_feeds(graph, seed=7), runs=IN_MODEL_RUNS,
+                                   threads=self.target.profile.cores)
+        except Exception as exc:  # onnxruntime's own errors: the tasks keep their baselines alone
+            log.warning("no in-model baseline: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            return None
+        per_key: dict[str, list[float]] = {}
+        for task in tasks:
+            found = [seconds[node.name] for node in task.nodes if node.name in seconds]
+            if found:
+                per_key.setdefault(task.key, []).append(sum(found))
+        return {key: float(np.median(times)) for key, times in per_key.items()}
 
     def graph_runner(self, graph: Graph, kernels: Sequence[tuple[Task, Artifact]],
                      source: str | Path | bytes | None = None) -> StretchPiece | None:

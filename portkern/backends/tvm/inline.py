@@ -221,3 +221,16 @@ def _edited_file(source: str | Path | bytes, graph: Graph, replacing: dict[str, 
     if not any(opset.domain == DOMAIN for opset in proto.opset_import):
         proto.opset_import.append(helper.make_opsetid(DOMAIN, 1))
     return proto
+
+
+def named_model(graph: Graph, source: str | Path | bytes | None) -> onnx.ModelProto:
+    """The model as onnxruntime should run it for a profile: the file with every node under its
+    IR name (a profiler reports nodes by name; an exporter may leave them unnamed), or the graph
+    rebuilt where there is no file."""
+    if source is None:
+        return inline_model(graph, [], 1)
+    proto, _ = read_model(source)
+    for name, node in zip(node_names(proto), proto.graph.node):
+        node.name = name
+    return proto
+
