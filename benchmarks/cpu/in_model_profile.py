@@ -4,9 +4,10 @@ model, and what each winner takes as a TVM kernel inside the model (backends/tvm
 
 Rebuilds the winners of a benchmarks/models/tune_models.py result (as guard_audit.py does), runs
 the model file and the model with every winner inside it with onnxruntime's profiler on, and reads
-each node's kernel time (ort_subgraph.node_seconds: the median over the runs after a warm-up). A task's nodes are found by name:
-nodes onnxruntime fused into others under a new name are not counted, so a task whose nodes were
-all fused away shows no in-model time.
+each node's kernel time (ort_subgraph.node_seconds: the median over the runs after a warm-up).
+A task's nodes are found by name or by an output's name (onnxruntime names a conv chain it moves
+to NCHWc after its last output); a task whose nodes were all fused into others under new names
+shows no in-model time.
 
     python benchmarks/cpu/in_model_profile.py benchmarks/results/models-cpu-2026-12-05-inline-more-runs.json \
         --model bert-mini --runs 100
@@ -51,8 +52,8 @@ def main() -> int:
     print(f"  {'task':58s} {'base alone':>10s} {'ORT in model':>12s} {'TVM alone':>10s} {'TVM in model':>12s}  status")
     for key, info in rebuilt.info.items():
         tasks = [t for t in occurrences if t.key == key]
-        in_model = [sum(alone[node.name] for node in t.nodes if node.name in alone) for t in tasks
-                    if any(node.name in alone for node in t.nodes)] or [float("nan")]  # nan: fused away
+        found = [{name for node in t.nodes for name in (node.name, *node.outputs) if name in alone} for t in tasks]
+        in_model = [sum(alone[name] for name in names) for names in found if names] or [float("nan")]  # fused away
         kernel = [with_kernels.get(f"{t.nodes[-1].name}::tvm") for t in tasks]
         row = {"task": tasks[0].label, "count": len(tasks), "status": info["status"],
                "baseline_alone_us": info["baseline_seconds"] * 1e6, "tvm_alone_us": info["best_seconds"] * 1e6,
