@@ -73,7 +73,7 @@ def _include_dirs() -> list[str]:
 def op_library() -> Path:
     """The custom-op library, built once per source text and compiler flags, then cached."""
     compiler = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
-    flags = ["-O2", "-shared", "-fPIC", "-std=c11", "-Wall", "-Werror", *(f"-I{d}" for d in _include_dirs())]
+    flags = ["-O2", "-shared", "-fPIC", "-std=c11", "-Wall", *(f"-I{d}" for d in _include_dirs())]
     digest = hashlib.sha256(SOURCE.read_bytes() + " ".join([compiler, *flags]).encode()).hexdigest()[:16]
     target = cache_dir() / "ort_ops" / f"portkern_tvm_op-{digest}.so"
     if target.exists():
