@@ -187,7 +187,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     backend = get_backend(load_target(args.target, args.backend))
     graph, tasks = backend_tasks(_load(args), backend)
-    profiles = profile_tasks(summarize(tasks), backend)
+    profiles = profile_tasks(summarize(tasks), backend, in_model=backend.baseline_in_model(graph, tasks, args.model))
     if args.trace:
         write_trace(tasks, profiles, args.trace)
     if args.json:
@@ -197,7 +197,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     rows = [("task", "x", "time", "share", "floor", "headroom", "baseline")]
     for p in profiles:
         rows.append((p.task.label[:56], str(p.count), _ms(p.seconds), f"{p.total_seconds / total:.1%}",
-                     _ms(p.floor_seconds), _ms(p.headroom_seconds), p.baseline_source[:40]))
+                     _ms(p.floor_seconds), _ms(p.headroom_seconds), p.baseline_source[:60]))
     print(_table(rows))
     if args.trace:
         print(f"trace written to {args.trace}")
