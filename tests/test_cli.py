@@ -103,3 +103,10 @@ def test_profile_table_and_trace(capsys, softmax_model: Path, tmp_path: Path) ->
     code, out, _ = _run(capsys, "profile", str(softmax_model), "--shape", "x=16x64", "--target", "h200", "--json")
     (row,) = json.loads(out)
     assert row["baseline_seconds"] > 0 and row["floor_seconds"] > 0 and row["count"] == 1
+
+
+def test_profile_on_the_cpu_times_the_baseline_inside_the_model_too(capsys, softmax_model: Path) -> None:
+    code, out, _ = _run(capsys, "profile", str(softmax_model), "--shape", "x=16x64", "--target", "cpu", "--json")
+    (row,) = json.loads(out)
+    assert code == 0 and row["baseline_in_model_seconds"] > 0
+    assert row["baseline_seconds"] == min(row["baseline_in_model_seconds"], row["baseline"]["median"])
