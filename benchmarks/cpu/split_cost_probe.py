@@ -9,6 +9,8 @@ and times in alternating rounds, one process, same feeds:
     pk-split-ort  portkern with the pack's split, each kernel replaced by onnxruntime on the
                   kernel's own subgraph (the split's cost alone)
     pk-split-tvm  portkern with the TVM kernels (the split's cost plus the kernels' gain)
+    pk-inline-tvm the TVM kernels inside onnxruntime's graph, one session (backends/tvm/inline.py:
+                  the runtime's way since 2026-12-05; the split runners force the old one)
 
 and then each step of the split runs alone (median per step), so a slow step after a kernel
 shows. Each configuration can run in a fresh process with other environment
@@ -49,12 +51,14 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
+from unittest import mock
 
 import numpy as np
 import onnxruntime as ort
 
 from portkern.backends import get_backend
 from portkern.backends.base import Candidate
+from portkern.backends.tvm import TvmBackend
 from portkern.hwprofile import load_target
 from portkern.models import export_bert, random_feeds
 from portkern.onnx_import import load_model
@@ -154,18 +158,25 @@ def main() -> int:
     entries = {key: default_entry(backend, task) for key, task in chosen.items()}
     print(f"TVM kernels: {', '.join(t.label for t in chosen.values())}", file=sys.stderr)
 
-    def session(with_entries: dict[str, PackEntry]) -> Session:
+    def session(with_entries: dict[str, PackEntry], inline: bool = False) -> Session:
+        """inline: the kernels inside onnxruntime's graph (the runtime's way since 2026-12-05);
+        otherwise the split this probe was written for (kernels as steps between sessions)."""
         pack = Pack(target={"name": "cpu", "backend": "tvm"}, fingerprint=backend.fingerprint(), entries=with_entries)
-        return Session(graph, pack, source=path)
+        if inline:
+            return Session(graph, pack, source=path)
+        with mock.patch.object(TvmBackend, "graph_runner", lambda *args, **kwargs: None):
+            return Session(graph, pack, source=path)
 
     def sessions(suffix: str) -> dict[str, Session]:
         none, split_tvm, split_ort = session({}), session(entries), session(entries)
+        inline_tvm = session(entries, inline=True)
         for bound in split_ort.kernels:  # the same split, onnxruntime in each kernel's place
             baseline = backend.baseline(bound.task)
             assert baseline is not None
             bound.program = baseline
         split_ort.steps = split_ort._ordered_steps()
-        return {f"pk-none{suffix}": none, f"pk-split-ort{suffix}": split_ort, f"pk-split-tvm{suffix}": split_tvm}
+        return {f"pk-none{suffix}": none, f"pk-split-ort{suffix}": split_ort, f"pk-split-tvm{suffix}": split_tvm,
+                f"pk-inline-tvm{suffix}": inline_tvm}
 
     feeds = random_feeds(graph, seed=3)
     whole = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
