@@ -11,8 +11,8 @@ dropped by the whole-model check), and times in alternating rounds, with a pause
     pk-all           portkern with every winner
     pk-<task>        portkern with that winner alone
 
-and prints each runner's median, p10/p90, its steps (one more onnxruntime stretch per cut) and,
-paired by round, its time over pk-none's.
+and prints each runner's median, p10/p90, its steps (one: since 2026-12-05 the kernels run inside
+onnxruntime's graph) and, paired by round, its time over pk-none's.
 
     python benchmarks/cpu/guard_audit.py benchmarks/results/models-cpu-2026-12-04-free-workers.json \
         --model bert-mini --rounds 20
