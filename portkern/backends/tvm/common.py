@@ -217,10 +217,14 @@ def inline_elementwise(sch: s_tir.Schedule, keep: Sequence[str]) -> None:
 
 
 def schedule_epilogue(sch: s_tir.Schedule, at: Any, lanes: int) -> None:
-    """Move the output stage under the tile loop `at` and vectorize its innermost loop."""
+    """Move the output stage under the tile loop `at` and vectorize its innermost loop, if it has
+    one of its own: an output one element wide (a 7x7 average pool of a 7x7 map) leaves none
+    under `at`, and vectorizing `at` itself would wrap the tile's other vectorized loops."""
     out = sch.get_sblock("out")
     sch.reverse_compute_at(out, at)
     innermost = sch.get_loops(out)[-1]
+    if sch.get(innermost).same_as(sch.get(at)):
+        return
     _, vector = sch.split(innermost, [None, lanes])
     sch.vectorize(vector)
 
