@@ -287,11 +287,12 @@ def run_tune(model_path: Path, options: TuneOptions, out: Path | None,
                                  backend.baseline_in_model(graph, [task for task, _ in unique], model_path))
         tunable = profiles[: options.max_tasks] if options.max_tasks else profiles
         budget = allocate_trials(tunable, options.trials, options.per_task_trials, options.min_task_trials)
-        for index, profile in enumerate(profiles):
+        outcomes += [TaskOutcome(p, None, "not tuned (below --max-tasks)") for p in profiles if p not in tunable]
+        untuned = list(tunable)
+        while untuned:
+            profile = next_task(untuned, outcomes)
+            untuned.remove(profile)
             task = profile.task
-            if profile not in tunable:
-                outcomes.append(TaskOutcome(profile, None, "not tuned (below --max-tasks)"))
-                continue
             if deadline is not None and time.time() >= deadline:
                 outcomes.append(TaskOutcome(profile, None, "not tuned (time budget spent)"))
                 continue
@@ -300,10 +301,10 @@ def run_tune(model_path: Path, options: TuneOptions, out: Path | None,
                 outcomes.append(TaskOutcome(profile, None, f"not admitted: {reason}"))
                 continue
             catalog.add(task)
-            untuned = tunable[tunable.index(profile):]
-            task_deadline = time_slice(deadline, profile.headroom_seconds, sum(p.headroom_seconds for p in untuned),
-                                       len(untuned), _seconds_per_trial(outcomes))
-            say(f"[{index + 1}/{len(profiles)}] {task.label} x{profile.count}: baseline "
+            task_deadline = time_slice(deadline, profile.headroom_seconds,
+                                       profile.headroom_seconds + sum(p.headroom_seconds for p in untuned),
+                                       len(untuned) + 1, _seconds_per_trial(outcomes))
+            say(f"[{len(tunable) - len(untuned)}/{len(profiles)}] {task.label} x{profile.count}: baseline "
                 f"{_ms(profile.seconds)} ({profile.baseline_source}), floor {_ms(profile.floor_seconds)}, "
                 f"{budget[task.key]} trials")
             task_started = time.time()
@@ -314,6 +315,7 @@ def run_tune(model_path: Path, options: TuneOptions, out: Path | None,
             result = done.result
             say(f"    {done.status}: {result.measured if result else 0} trials in {done.wall_seconds:.1f} s"
                 f"{f' ({result.stop_reason})' if result and result.stop_reason else ''}")
+    outcomes.sort(key=lambda outcome: profiles.index(outcome.profile))  # the report lists tasks by headroom, as profiled
     e2e = _end_to_end(model_path, graph, backend, target, outcomes, options, say)
     pack_path = None
     report = TuneReport(model=model_path.name, target=target.name, backend=target.backend,
@@ -327,6 +329,27 @@ def run_tune(model_path: Path, options: TuneOptions, out: Path | None,
         say(f"wrote {pack_path} ({len(pack.entries)} kernels)")
     shutil.rmtree(work_dir / "scratch", ignore_errors=True)
     return report
+
+
+def next_task(untuned: Sequence[TaskProfile], outcomes: Sequence[TaskOutcome]) -> TaskProfile:
+    """The untuned task of most expected gain: its headroom times the chance that a task of its
+    kind beats its baseline, estimated from the kind's tasks tuned so far ((wins + 1) / (tuned + 2)).
+    A model's many convolutions that all lose to the vendor's then yield their turn to the pools
+    and elementwise chains behind them in headroom, instead of spending the budget; ties (kinds
+    not yet tried) keep the headroom order."""
+    wins: dict[str, int] = {}
+    tuned: dict[str, int] = {}
+    for outcome in outcomes:
+        if outcome.result is None or not outcome.result.measured:
+            continue  # never tried (budget, admission): says nothing about its kind
+        kind = outcome.profile.task.kind
+        tuned[kind] = tuned.get(kind, 0) + 1
+        wins[kind] = wins.get(kind, 0) + outcome.status.startswith("kept")
+
+    def expected_gain(profile: TaskProfile) -> float:
+        kind = profile.task.kind
+        return profile.headroom_seconds * (wins.get(kind, 0) + 1) / (tuned.get(kind, 0) + 2)
+    return max(untuned, key=expected_gain)  # max keeps the first of equals: the headroom order
 
 
 def _seconds_per_trial(outcomes: Sequence[TaskOutcome]) -> float:

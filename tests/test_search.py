@@ -22,8 +22,10 @@ from portkern.search.records import RecordLog, TrialRecord
 from portkern.search.records import Measurement
 from portkern.search.strategy import ArtifactStore, SearchOptions, VariantAllocator, search_workload, space_size
 from portkern.search.worker import InProcessRunner, TrialJob
-from portkern.synthetic import softmax_task
-from portkern.tuner import RESERVED_SHARE, RESERVED_TRIALS, allocate_trials, time_slice
+from portkern.profile import TaskProfile
+from portkern.search.strategy import SearchResult
+from portkern.synthetic import conv2d_task, pool_task, softmax_task
+from portkern.tuner import RESERVED_SHARE, RESERVED_TRIALS, TaskOutcome, allocate_trials, next_task, time_slice
 from portkern.verify import GateOptions
 
 FAST = MeasureOptions(warmup=1, repeats=3, input_sets=2)
@@ -87,6 +89,27 @@ def test_time_follows_headroom_after_a_reserve_for_every_task_left() -> None:
     assert time_slice(deadline, 9.0, 10.0, 100, 2.0) == pytest.approx(now + equal + 50.0 * 0.9, abs=0.5)
     assert time_slice(deadline, 0.0, 10.0, 100, 2.0) == pytest.approx(now + equal, abs=0.2)
     assert time_slice(None, 1.0, 2.0) is None
+
+
+def test_a_kind_that_keeps_losing_yields_its_turn_to_kinds_not_yet_tried() -> None:
+    def profile(task, baseline_s: float) -> TaskProfile:
+        return TaskProfile(task, 1, 0.0, Measurement([baseline_s] * 3, "test"), "test baseline")
+
+    def tuned(profile: TaskProfile, status: str, measured: int = 2) -> TaskOutcome:
+        return TaskOutcome(profile, SearchResult(task=profile.task, best=None, artifact=None, measured=measured),
+                           status)
+
+    convs = [profile(conv2d_task(1, c, 14, 14, 128, 1, 1), 35e-6) for c in (992, 960, 928, 896)]
+    pool = profile(pool_task(1, 64, 112, 112, "max", 3, stride=2, pad=1), 28e-6)
+    untuned = [*convs[1:], pool]
+    # nothing tuned yet: the headroom order
+    assert next_task(untuned, []) is convs[1]
+    # one convolution lost: 35 us x (0 + 1) / (1 + 2) is below the pool's 28 us x 1/2, so the pool goes first
+    assert next_task(untuned, [tuned(convs[0], "slower than the baseline")]) is pool
+    # the convolutions' kind won before: it keeps its turn
+    assert next_task(untuned, [tuned(convs[0], "kept")]) is convs[1]
+    # a task never tried (budget spent, 0 trials) says nothing about its kind
+    assert next_task(untuned, [tuned(convs[0], "no verified kernel (0 trials)", measured=0)]) is convs[1]
 
 
 def test_rules_proposer_widens_past_the_edge(backend) -> None:
