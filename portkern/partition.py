@@ -205,6 +205,17 @@ class _Context:
         node = users[0]
         return node if not op_types or node.op_type in op_types else None
 
+    def pass_through(self, value: str) -> tuple[str, list[Node]]:
+        """Follow `value` through sole users that copy it unchanged (Identity, a Cast to the
+        dtype it has: transformers casts softmax's float32 probabilities to the query's dtype,
+        float32 too), so a pattern sees past them; the nodes passed become part of the match."""
+        passed: list[Node] = []
+        while (node := self.sole_user(value, "Identity", "Cast")) is not None and (
+                node.op_type == "Identity" or self.spec(node.outputs[0]).dtype == self.spec(value).dtype):
+            passed.append(node)
+            value = node.outputs[0]
+        return value, passed
+
     def other_input(self, node: Node, value: str) -> str | None:
         """The second operand of a binary node one of whose operands is `value`."""
         if len(node.inputs) != 2 or value not in node.inputs:
@@ -497,14 +508,15 @@ def _match_attention(ctx: _Context, scores_mm: Node) -> _Match | None:
     softmax = ctx.sole_user(cur, "Softmax")
     if softmax is None or not _is_last_axis_softmax(ctx, softmax):
         return None
-    out_mm = ctx.sole_user(softmax.outputs[0], "MatMul")
-    if out_mm is None or out_mm.inputs[0] != softmax.outputs[0]:
+    probs, passed = ctx.pass_through(softmax.outputs[0])
+    out_mm = ctx.sole_user(probs, "MatMul")
+    if out_mm is None or out_mm.inputs[0] != probs:
         return None
     v = out_mm.inputs[1]
     k_shape = (b, h, sk, d) if k_swapped else (b, h, d, sk)
     if ctx.shape(k) != k_shape or ctx.shape(v) != (b, h, sk, d):
         return None
-    nodes += [softmax, out_mm]
+    nodes += [softmax, *passed, out_mm]
     attrs = {"scale": canonical_float(scale), "k_transposed": not k_swapped, "mask": mask is not None,
              "causal": causal}
     out = out_mm.outputs[0]

@@ -8,6 +8,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 import onnx
+from onnx import helper
 import pytest
 
 from portkern import synthetic
@@ -243,6 +244,33 @@ def test_sdpa_export_is_the_same_attention() -> None:
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal(spec.shape) for spec in task.inputs)
     np.testing.assert_allclose(task.reference([q, k, v])[0], eager.reference([q, k, v])[0], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("cast_to", ["float32", "float16"])
+def test_attention_sees_past_a_cast_that_keeps_the_dtype(cast_to: str) -> None:
+    """transformers' eager attention (GPT-2, ViT) casts softmax's float32 probabilities to the
+    query's dtype: a no-op in a float32 model, so still one attention task; a real cast is not."""
+    b, h, s, d = 1, 2, 6, 8
+    builder = GraphBuilder("cast_probs", "float32")
+    kt = builder.op("Transpose", [builder.input("k", (b, h, s, d))], (b, h, d, s), perm=[0, 1, 3, 2])
+    scores = builder.op("MatMul", [builder.input("q", (b, h, s, d)), kt], (b, h, s, s))
+    scaled = builder.op("Mul", [scores, builder.constant(np.float32(1 / math.sqrt(d)))], (b, h, s, s))
+    probs = builder.op("Softmax", [scaled], (b, h, s, s), axis=-1)
+    cast = builder.op("Cast", [probs], (b, h, s, s), cast_to,
+                      to=helper.np_dtype_to_tensor_dtype(np.dtype(cast_to)))
+    v = builder.input("v", (b, h, s, d), cast_to)
+    out = builder.op("MatMul", [cast, v], (b, h, s, d), cast_to)
+    kinds = [task.kind for task in partition(builder.graph([out]))]
+    if cast_to == "float32":
+        assert kinds == ["attention"]
+        task = builder.task(out)
+        rng = np.random.default_rng(0)
+        q, k, v_value = (rng.standard_normal(spec.shape) for spec in task.inputs)
+        eager = synthetic.attention_task(b, h, s, d)
+        np.testing.assert_allclose(task.reference([q, k, v_value])[0], eager.reference([q, k, v_value])[0],
+                                   rtol=1e-6, atol=1e-6)
+    else:
+        assert "attention" not in kinds
 
 
 def test_activation_spellings_share_a_key() -> None:

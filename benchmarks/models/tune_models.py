@@ -39,6 +39,9 @@ def run_header(fingerprint: dict[str, str]) -> dict[str, Any]:
 
 
 def model_file(name: str, folder: Path) -> tuple[Path, dict[str, tuple[int, ...]]]:
+    """A BERT of BERTS, a light zoo model with seeded random weights, or any ONNX file (as it is)."""
+    if name.endswith(".onnx"):
+        return Path(name), {}
     if name in BERTS:
         return export_bert(folder, **BERTS[name]), {"input_ids": (1, BERTS[name]["seq"])}
     path = folder / f"{name}.onnx"
@@ -66,7 +69,8 @@ def block_latency(session: portkern.Session, ort_session: Any, feeds: dict[str, 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--target", default="cpu")
-    parser.add_argument("--models", default="bert-mini,squeezenet,shufflenet,resnet50")
+    parser.add_argument("--models", default="bert-mini,squeezenet,shufflenet,resnet50",
+                        help="names (BERTS, the light zoo) or .onnx files, comma-separated")
     parser.add_argument("--time-budget", type=float, default=150.0)
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=20)
@@ -78,6 +82,7 @@ def main() -> int:
     rows = []
     for name in args.models.split(","):
         path, shapes = model_file(name, work)
+        name = path.stem if name.endswith(".onnx") else name
         pack = work / f"{name}.pkpack"
         report = portkern.tune(path, target=args.target, shapes=shapes, out=pack, trials=args.trials,
                                time_budget_s=args.time_budget, per_task_trials=24)

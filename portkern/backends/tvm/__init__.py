@@ -42,7 +42,7 @@ from ...ort_subgraph import OrtGraphPiece, OrtProgram, OrtSubgraphError, node_se
 from ...tasks import Task
 from ..base import (HOST_BUFFER_ALIGNMENT, Artifact, Backend, Candidate, CompileError, Program, StretchPiece,
                     Variant)
-from . import attention, conv2d, gemm, global_pool, inline, layernorm, pool, softmax
+from . import attention, conv2d, elementwise, gemm, global_pool, inline, layernorm, pool, softmax
 from .common import nearest_valid
 from .cuda import TEMPLATES as CUDA_TEMPLATES
 from .cuda import build as cuda_build
@@ -57,6 +57,7 @@ TEMPLATES: dict[str, tuple[types.ModuleType, ...]] = {
     "layernorm": (layernorm,),
     "pool": (pool, global_pool),
     "attention": (attention,),
+    "elementwise": (elementwise,),
 }
 
 # read once at import: a variant's source is what this process's template actually is
@@ -79,6 +80,27 @@ _THREADS_SHARE_CORES = -3
 # two kept kernels made the demo BERT 2x slower (benchmarks/cpu/split_cost_probe.py).
 POOL_SPIN_COUNT = 128
 IN_MODEL_RUNS = 20  # profiled whole-model runs (after as many warm-up runs) for baseline_in_model
+
+
+CONTRACTIONS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose"})
+
+
+def in_model_nodes(task: Task, seconds: Mapping[str, float]) -> set[str]:
+    """The names in onnxruntime's profile (`seconds`) that hold the task's nodes, or none where
+    some of its work cannot be found there. onnxruntime's profile names a node as the graph did,
+    or a fusion after the node it started from ("<MatMul>/MatMulAddFusion"), or a chain it re-laid
+    out (NCHWc) after the chain's last output. Each contraction (MatMul, Conv) must be found unless
+    the task's output names a chain: a time without the contraction (only a residual Add found,
+    the MatMul inside a fusion named otherwise) would be a baseline far too fast to beat."""
+    found: set[str] = set()
+    missing_contraction = False
+    for node in task.nodes:
+        own = {name for name in (node.name, *node.outputs) if name in seconds}
+        own.update(name for name in seconds if name.startswith(f"{node.name}/"))
+        found |= own
+        missing_contraction |= node.op_type in CONTRACTIONS and not own
+    chain_named = any(name in seconds for name in task.nodes[-1].outputs)
+    return found if found and (chain_named or not missing_contraction) else set()
 
 
 def _use_cores(cores: int) -> None:
@@ -249,9 +271,9 @@ class TvmBackend(Backend):
 
     def baseline_in_model(self, graph: Graph, tasks: Sequence[Task],
                           source: str | Path | bytes | None = None) -> dict[str, float] | None:
-        """onnxruntime's profiler on the whole model: a task's time is that of its nodes found by
-        name or by an output's name (a node fused into one of them counts in the survivor's time). Measured on the
-        Xeon VM, bert-mini (benchmarks/cpu/in_model_profile.py): a 256x256 GEMM with bias 75 us
+        """onnxruntime's profiler on the whole model: a task's time is that of its nodes found
+        (in_model_nodes; a node fused into one of them counts in the survivor's time). Measured on
+        the Xeon VM, bert-mini (benchmarks/cpu/in_model_profile.py): a 256x256 GEMM with bias 75 us
         in the model vs 167 us alone, LayerNorm 23 vs 62, attention 109 vs 184; resnet50's
         64-channel 3x3 conv 0.66 ms (its NCHWc chain) vs 1.2 ms alone."""
         if self.gpu_target:
@@ -265,8 +287,7 @@ class TvmBackend(Backend):
             return None
         per_key: dict[str, list[float]] = {}
         for task in tasks:
-            # onnxruntime names a node it re-lays out (NCHWc) after the fused chain's last output
-            found = {name for node in task.nodes for name in (node.name, *node.outputs) if name in seconds}
+            found = in_model_nodes(task, seconds)
             if found:
                 per_key.setdefault(task.key, []).append(sum(seconds[name] for name in found))
         return {key: float(np.median(times)) for key, times in per_key.items()}

@@ -216,6 +216,11 @@ def inline_elementwise(sch: s_tir.Schedule, keep: Sequence[str]) -> None:
             sch.compute_inline(block)
 
 
+def own_loops(sch: s_tir.Schedule, block: Any) -> list[Any]:
+    """The loops compute_at(..., preserve_unit_loops=True) made for `block`: one per axis."""
+    return sch.get_loops(block)[-len(sch.get(block).iter_vars):]
+
+
 def schedule_epilogue(sch: s_tir.Schedule, at: Any, lanes: int) -> None:
     """Move the output stage under the tile loop `at` and vectorize its innermost loop, if it has
     one of its own: an output one element wide (a 7x7 average pool of a 7x7 map) leaves none

@@ -1,21 +1,27 @@
 """Elementwise chains as one TE computation: partition.py's expression language (steps "t0".."tN"
-over inputs "in0".."inK", broadcast to the output's shape, and inline float constants).
+over inputs "in0".."inK", broadcast to the output's shape, and inline float constants), and its
+CPU schedule; cuda/elementwise.py schedules the same computation for GPUs.
 
-Only a computation: the CUDA family schedules it (cuda/elementwise.py); the CPU family has no
-elementwise template yet. Steps compute in float32; the activations are common.ACTIVATIONS (the
-GEMM epilogue's own forms), pow by a constant 2, 3 or 0.5 is a product or a square root (exact
-for negative bases, which a fast-math powf is not).
+Steps compute in float32; the activations are common.ACTIVATIONS (the GEMM epilogue's own forms),
+pow by a constant 2, 3 or 0.5 is a product or a square root (exact for negative bases, which a
+fast-math powf is not).
+
+On the CPU the whole chain is one pass over the flat output: vectors of vector_lanes floats,
+`chunk` floats to a parallel task; each step computes one vector at a time under the output's
+vector loop, so a step's value lives in a register between the steps (an unfused chain, as
+onnxruntime runs a GELU written out in ops, reads and writes the tensor once per op).
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import tvm
-from tvm import te
+from tvm import s_tir, te
 
+from ...hwprofile import Target
 from ...tasks import Task
-from .common import ACTIVATIONS, Computation
+from .common import ACTIVATIONS, Computation, HostFacts, Kernel, check_lanes, check_space, inline_elementwise, own_loops
 
 Operand = Any  # a step's tensor or a float constant
 
@@ -46,6 +52,42 @@ def check_expression(task: Task) -> str | None:
         if op == "cast" and args[1] != "float32":
             return f"cast to {args[1]}: the elementwise template computes float32 only"
     return None
+
+
+KIND = "elementwise"
+PRECISION = "fp32"
+SPACE = {"chunk": [256, 1024, 4096, 16384], "vector_lanes": [1, 4, 8, 16], "parallel": [True, False]}
+DEFAULT = {"chunk": 1024, "vector_lanes": 16, "parallel": True}
+
+
+def constraints(task: Task, config: Mapping[str, Any], target: Target) -> str | None:
+    reason = check_expression(task) or check_space(config, SPACE) or check_lanes(config["vector_lanes"],
+                                                                                 HostFacts.of(target))
+    if reason:
+        return reason
+    size = math.prod(task.outputs[0].shape)
+    if size % config["vector_lanes"]:
+        return f"the output's {size} elements are not whole vectors of vector_lanes={config['vector_lanes']}"
+    if config["chunk"] > size and config["chunk"] != SPACE["chunk"][0]:
+        return f"chunk={config['chunk']} exceeds the output's {size} elements: the smallest chunk holds it already"
+    return None
+
+
+def schedule(task: Task, config: Mapping[str, Any], target: Target) -> Kernel:
+    computed = computation(task)
+    sch = s_tir.Schedule(computed.prim_func())
+    inline_elementwise(sch, keep=("out", *computed.stages))
+    lanes = config["vector_lanes"]
+    vectors, lane = sch.split(sch.get_loops(sch.get_sblock("out"))[0], [None, lanes])
+    tasks, vector = sch.split(vectors, [None, max(1, config["chunk"] // lanes)])
+    if config["parallel"]:
+        sch.parallel(tasks)
+    sch.vectorize(lane)
+    for name in reversed(computed.stages):
+        step = sch.get_sblock(name)
+        sch.compute_at(step, vector, preserve_unit_loops=True)
+        sch.vectorize(sch.fuse(*own_loops(sch, step)))
+    return Kernel(sch.mod, computed.arg_shapes)
 
 
 def computation(task: Task) -> Computation:

@@ -22,7 +22,7 @@ from tvm import s_tir
 
 from ....hwprofile import Target
 from ....tasks import Task
-from ..common import Kernel, check_float32, check_space, inline_elementwise
+from ..common import Kernel, check_float32, check_space, inline_elementwise, own_loops
 
 # A kernel's static __shared__ arrays may total 48 KiB (CUDA C Programming Guide, "Shared Memory");
 # a profile's larger opt-in figure needs dynamic shared memory, which these schedules do not use.
@@ -109,11 +109,6 @@ class ThreadAxes:
     def bind(self, loop: Any, axis: str) -> None:
         if self.on_device:
             self.sch.bind(loop, axis)
-
-
-def own_loops(sch: s_tir.Schedule, block: Any) -> list[Any]:
-    """The loops compute_at(..., preserve_unit_loops=True) made for `block`: one per axis."""
-    return sch.get_loops(block)[-len(sch.get(block).iter_vars):]
 
 
 def stage_in_shared(sch: s_tir.Schedule, axes: ThreadAxes, block: Any, buffer: str, at: Any,

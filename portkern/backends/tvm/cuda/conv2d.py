@@ -19,7 +19,7 @@ from tvm import s_tir
 from ....hwprofile import Target
 from ....tasks import Task
 from .. import conv2d
-from ..common import Kernel, check_float32, check_space, inline_elementwise
+from ..common import Kernel, check_float32, check_space, inline_elementwise, own_loops
 from .common import (
     REGISTER_OVERHEAD,
     GpuFacts,
@@ -27,7 +27,6 @@ from .common import (
     check_registers,
     check_shared,
     check_threads,
-    own_loops,
     shared_array,
     stage_in_shared,
 )

@@ -18,8 +18,8 @@ from tvm import s_tir
 from ....hwprofile import Target
 from ....tasks import Task
 from .. import elementwise
-from ..common import Kernel, check_space, inline_elementwise
-from .common import GpuFacts, ThreadAxes, check_threads, check_vector, own_loops
+from ..common import Kernel, check_space, inline_elementwise, own_loops
+from .common import GpuFacts, ThreadAxes, check_threads, check_vector
 
 KIND = "elementwise"
 PRECISION = "fp32"

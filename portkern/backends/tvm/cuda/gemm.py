@@ -19,7 +19,7 @@ from tvm import s_tir
 from ....hwprofile import Target
 from ....tasks import Task
 from .. import gemm
-from ..common import Kernel, check_float32, check_space, inline_elementwise
+from ..common import Kernel, check_float32, check_space, inline_elementwise, own_loops
 from .common import (
     REGISTER_OVERHEAD,
     GpuFacts,
@@ -28,7 +28,6 @@ from .common import (
     check_shared,
     check_threads,
     check_vector,
-    own_loops,
     shared_array,
     stage_in_shared,
 )
