@@ -104,10 +104,10 @@ _UNARY_STEPS = {"Sqrt": "sqrt", "Exp": "exp", "Log": "log", "Tanh": "tanh", "Sig
                 "Relu": "relu", "Erf": "erf", "Neg": "neg", "Abs": "abs", "Reciprocal": "reciprocal"}
 _BINARY_STEPS = {"Add": "add", "Sum": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow",
                  "Max": "max", "Min": "min"}
+_EXPRESSION_ACTIVATIONS = ("tanh", "sigmoid", "relu", "gelu", "gelu_tanh")  # activations an expression step names
 _UNARY_FUNCS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "sqrt": np.sqrt, "exp": np.exp, "log": np.log, "erf": _erf, "neg": np.negative, "abs": np.abs,
-    "reciprocal": np.reciprocal, **{name: ACTIVATION_FUNCS[name]
-                                    for name in ("tanh", "sigmoid", "relu", "gelu", "gelu_tanh")}}
+    "reciprocal": np.reciprocal, **{name: ACTIVATION_FUNCS[name] for name in _EXPRESSION_ACTIVATIONS}}
 _BINARY_FUNCS: dict[str, Callable[[Any, Any], np.ndarray]] = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "pow": np.power,
     "max": np.maximum, "min": np.minimum}
@@ -933,6 +933,13 @@ def _elementwise_matches(ctx: _Context) -> list[_Match]:
         out = group[-1].outputs[0]
         expr = _build_expr(ctx, group, inputs)
         flops = len(expr) * ctx.spec(out).numel
+        # a chain that computes a known activation of its one input (GPT-2's GELU written out in
+        # eight ops) is that activation's one step: the same task as the Gelu op's, and one a
+        # backend's expression kernel computes in its own form
+        activation = _identify_activation(ctx, group, inputs[0]) if len(inputs) == 1 and len(expr) > 1 else None
+        if activation in _EXPRESSION_ACTIVATIONS and ctx.spec(inputs[0]).shape == ctx.spec(out).shape:
+            expr = ((activation, "in0"),)
+            flops = ACTIVATION_FLOPS[activation] * ctx.spec(out).numel
         matches.append(_Match("elementwise", group, inputs, out, {"expr": expr}, flops))
     return matches
 

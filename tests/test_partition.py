@@ -273,6 +273,32 @@ def test_attention_sees_past_a_cast_that_keeps_the_dtype(cast_to: str) -> None:
         assert "attention" not in kinds
 
 
+def test_a_written_out_activation_is_its_one_step() -> None:
+    """GPT-2's export spells GELU (tanh form) in eight ops: the elementwise task is the activation
+    itself, the same task as ONNX's Gelu op, and still computes what the eight ops compute."""
+    builder = GraphBuilder("gpt2_gelu", "float32")
+    x = builder.input("x", (4, 64))
+    cube = builder.op("Pow", [x, builder.constant(np.float32(3.0))], (4, 64))
+    inner = builder.op("Add", [x, builder.op("Mul", [cube, builder.constant(np.float32(0.044715))], (4, 64))],
+                       (4, 64))
+    scaled = builder.op("Mul", [inner, builder.constant(np.float32(math.sqrt(2 / math.pi)))], (4, 64))
+    one_plus = builder.op("Add", [builder.op("Tanh", [scaled], (4, 64)), builder.constant(np.float32(1.0))],
+                          (4, 64))
+    out = builder.op("Mul", [builder.op("Mul", [x, builder.constant(np.float32(0.5))], (4, 64)), one_plus],
+                     (4, 64))
+    task = builder.task(out)
+    assert task.attr("expr") == (("gelu_tanh", "in0"),)
+    assert task.key == synthetic.elementwise_task((4, 64), "float32", [("gelu_tanh", "in0")]).key
+    value = np.random.default_rng(0).standard_normal((4, 64))
+    want = 0.5 * value * (1 + np.tanh(math.sqrt(2 / math.pi) * (value + 0.044715 * value ** 3)))
+    np.testing.assert_allclose(task.reference([value])[0], want, rtol=1e-6, atol=1e-7)  # float32 constants
+    # x * tanh(x): no activation of the list, so its steps stay
+    builder = GraphBuilder("x_tanh_x", "float32")
+    x = builder.input("x", (4, 64))
+    assert builder.task(builder.op("Mul", [x, builder.op("Tanh", [x], (4, 64))], (4, 64))).attr("expr") == (
+        ("tanh", "in0"), ("mul", "in0", "t0"))
+
+
 def test_activation_spellings_share_a_key() -> None:
     builder = GraphBuilder("gelu_op", "float32")
     y = builder.op("MatMul", [builder.input("a", (4, 8)), builder.input("b", (8, 5))], (4, 5))

@@ -199,11 +199,12 @@ OTHER_KINDS = {
     "maxpool": lambda: synthetic.pool_task(1, 5, 13, 11, "max", kernel=3, stride=2, pad=1),
     "avgpool": lambda: synthetic.pool_task(2, 3, 9, 11, "avg", kernel=3, stride=1, pad=1),
     "global_avgpool": lambda: synthetic.pool_task(2, 5, 8, 8, "global_avg"),
-    # GPT-2's GELU as its export writes it out (pow, tanh, constants): one pass, steps kept apart
-    "elementwise_gelu_chain": lambda: synthetic.elementwise_task(
+    # a chain of pow, tanh and constants, one pass with the steps kept apart (no known activation:
+    # GPT-2's written-out GELU is partitioned as the one step gelu_tanh, below)
+    "elementwise_chain": lambda: synthetic.elementwise_task(
         (3, 5, 80), "float32", [("pow", "in0", 3.0), ("mul", "t0", 0.044715), ("add", "in0", "t1"),
-                                ("mul", "t2", 0.7978845608), ("tanh", "t3"), ("add", "t4", 1.0),
-                                ("mul", "in0", "t5"), ("mul", "t6", 0.5)]),
+                                ("tanh", "t2"), ("mul", "in0", "t3")]),
+    "elementwise_gelu_tanh": lambda: synthetic.elementwise_task((3, 5, 80), "float32", [("gelu_tanh", "in0")]),
     # a mask broadcast over batch and heads; 210 elements: no whole 4-lane vectors
     "elementwise_broadcast_where": lambda: synthetic.elementwise_task(
         (2, 3, 7, 5), "float32", [("add", "in0", "in1"), ("where", "in2", "t0", -1e4)],
