@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
+import onnx
 
 from .ir import Node, TensorSpec
 
@@ -49,6 +50,13 @@ def upcast_float(value: np.ndarray) -> np.ndarray:
     """Floating values in float64, the rest as they are: how a reference sees its operands."""
     value = np.asarray(value)
     return value.astype(np.float64) if value.dtype.name in FLOAT_DTYPES else value
+
+
+def _is_float_type(onnx_type: Any) -> bool:
+    if onnx_type is None:
+        return False
+    return onnx.helper.tensor_dtype_to_np_dtype(int(onnx_type)).kind == "f" or \
+        int(onnx_type) == onnx.TensorProto.BFLOAT16
 
 
 def freeze_attrs(attrs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -109,6 +117,17 @@ class Task:
         shapes = ",".join("x".join(map(str, s.shape)) for s in self.inputs)
         return f"{self.kind}[{shapes}]:{self.dtype}"
 
+    @property
+    def reference_nodes(self) -> tuple[Node, ...]:
+        """The nodes as a float64 reference runs them: a Cast to any floating type casts to
+        float64, since the reference computes every float value in float64 (transformers' cast of
+        the softmax probabilities to the query's dtype, inside an attention task, would otherwise
+        round them back to float32, and device glue would refuse to mix the two)."""
+        return tuple(Node(node.name, node.op_type, node.inputs, node.outputs,
+                          {**node.attrs, "to": onnx.TensorProto.DOUBLE}, node.domain)
+                     if node.op_type == "Cast" and _is_float_type(node.attrs.get("to")) else node
+                     for node in self.nodes)
+
     def reference(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """The subgraph run by the numpy executor in float64 (float inputs upcast)."""
         from .executor import run_nodes
@@ -116,5 +135,5 @@ class Task:
         env = {name: upcast_float(value) for name, value in self.constants.items()}
         for name, value in zip(self.input_names, inputs, strict=True):
             env[name] = upcast_float(value)
-        run_nodes(self.nodes, env, self.opset)
+        run_nodes(self.reference_nodes, env, self.opset)
         return [np.asarray(env[name]) for name in self.output_names]

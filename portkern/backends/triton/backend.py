@@ -239,7 +239,8 @@ class TritonBackend(Backend):
         is tested against it op by op), computed by cuBLAS/cuDNN in double precision; a node glue
         does not cover runs in the executor, as in the runtime."""
         constants = {name: upcast_float(value) for name, value in task.constants.items()}
-        piece = glue.stretch_piece(self, task.nodes, task.input_names, task.output_names, constants, task.opset)
+        piece = glue.stretch_piece(self, task.reference_nodes, task.input_names, task.output_names, constants,
+                                   task.opset)
         values = piece.run({name: self.to_device(upcast_float(value))
                             for name, value in zip(task.input_names, inputs, strict=True)})
         return [self.to_host(values[name]) for name in task.output_names]
