@@ -196,6 +196,10 @@ OTHER_KINDS = {
     "layernorm": lambda: synthetic.layernorm_task(37, 48),
     "attention_mask": lambda: synthetic.attention_task(2, 3, 16, 32, mask=True),
     "attention_causal_kt": lambda: synthetic.attention_task(1, 2, 16, 16, seq_kv=32, causal=True, k_transposed=True),
+    # 37 keys: no tile divides them, the last tile is padded (and k_transposed is packed then)
+    "attention_odd_keys_mask": lambda: synthetic.attention_task(1, 2, 5, 16, seq_kv=37, mask=True),
+    "attention_odd_keys_causal_kt": lambda: synthetic.attention_task(1, 2, 5, 16, seq_kv=37, causal=True,
+                                                                     k_transposed=True),
     "maxpool": lambda: synthetic.pool_task(1, 5, 13, 11, "max", kernel=3, stride=2, pad=1),
     "avgpool": lambda: synthetic.pool_task(2, 3, 9, 11, "avg", kernel=3, stride=1, pad=1),
     "global_avgpool": lambda: synthetic.pool_task(2, 5, 8, 8, "global_avg"),

@@ -6,7 +6,8 @@ keys), the softmax on those rows (lane-wise max and sum), then P @ v as register
 tile_rows x D (vectors along the head dimension), divided by the row sums as they are stored.
 The scores never travel to memory beyond the thread's own row buffer. k is read as (D, S_k); a
 k given as (S_k, D) is transposed once into that layout at the start of the call. Causal masking
-adds the lowest float above the diagonal, as the exported constant mask does.
+adds the lowest float above the diagonal, as the exported constant mask does. Keys are padded to
+whole tile_n tiles (ViT's 197 tokens: 208 at tile_n 16), the padded ones masked the same way.
 """
 from __future__ import annotations
 
@@ -56,8 +57,8 @@ def constraints(task: Task, config: Mapping[str, Any], target: Target) -> str | 
     reason = check_lanes(lanes, facts)
     if reason:
         return reason
-    if keys % tile_n:
-        return f"tile_n={tile_n} does not divide the {keys} keys"
+    if tile_n > SPACE["tile_n"][0] and tile_n > keys:
+        return f"tile_n={tile_n} exceeds the {keys} keys: the smallest tile holds them already"
     if head_dim % lanes:
         return f"head_dim {head_dim} is not a multiple of vector_lanes={lanes}"
     if tile_n % lanes:
@@ -85,25 +86,40 @@ def schedule(task: Task, config: Mapping[str, Any], target: Target) -> Kernel:
     if mask is not None:
         args.append(mask)
 
-    k_cols = k if k_transposed else te.compute((pairs, head_dim, keys), lambda p, d, j: k[p, j, d], name="k_packed")
+    # keys padded to whole tiles: a padded key's score is the lowest float (its weight exp() = 0)
+    # and its k, v and mask reads are clamped to the last key, so nothing reads out of bounds
+    padded = -(-keys // tile_n) * tile_n
+    lowest = tvm.tirx.min_value("float32")
+
+    def key(j: Any) -> Any:
+        return te.min(j, keys - 1) if padded > keys else j
+
+    if k_transposed and padded == keys:
+        k_cols = k
+    else:
+        k_cols = te.compute((pairs, head_dim, padded),
+                            lambda p, d, j: k[p, d, key(j)] if k_transposed else k[p, key(j), d], name="k_packed")
     d = te.reduce_axis((0, head_dim), name="d")
-    raw = te.compute((total_rows, keys), lambda r, j: te.sum(q[r, d] * k_cols[r // seq, d, j], axis=d), name="raw")
+    raw = te.compute((total_rows, padded), lambda r, j: te.sum(q[r, d] * k_cols[r // seq, d, j], axis=d),
+                     name="raw")
 
     def score(r: Any, j: Any) -> Any:
         value = raw[r, j] * scale
         if mask is not None:
-            index = (r // (heads * seq), r // seq % heads, r % seq, j)
+            index = (r // (heads * seq), r // seq % heads, r % seq, key(j))
             value = value + mask[tuple(0 if size == 1 else i for size, i in zip(mask.shape, index))]
         if task.attr("causal"):
-            value = te.if_then_else(j <= r % seq + (keys - seq), value, tvm.tirx.min_value("float32"))
+            value = te.if_then_else(j <= r % seq + (keys - seq), value, lowest)
+        elif padded > keys:
+            value = te.if_then_else(j < keys, value, lowest)
         return value
 
-    row_max = row_reduce(score, total_rows, keys, lanes, "max", "row_max")
-    exp = topi.fast_exp(te.compute((total_rows, keys), lambda r, j: score(r, j) - row_max[r], name="shifted"))
-    row_sum = row_reduce(lambda r, j: exp[r, j], total_rows, keys, lanes, "sum", "row_sum")
-    j = te.reduce_axis((0, keys), name="j")
-    weighted = te.compute((total_rows, head_dim), lambda r, c: te.sum(exp[r, j] * v[r // seq, j, c], axis=j),
-                          name="weighted")
+    row_max = row_reduce(score, total_rows, padded, lanes, "max", "row_max")
+    exp = topi.fast_exp(te.compute((total_rows, padded), lambda r, j: score(r, j) - row_max[r], name="shifted"))
+    row_sum = row_reduce(lambda r, j: exp[r, j], total_rows, padded, lanes, "sum", "row_sum")
+    j = te.reduce_axis((0, padded), name="j")
+    weighted = te.compute((total_rows, head_dim),
+                          lambda r, c: te.sum(exp[r, j] * v[r // seq, key(j), c], axis=j), name="weighted")
     out = te.compute((total_rows, head_dim), lambda r, c: weighted[r, c] / row_sum[r], name="out")
 
     sch = s_tir.Schedule(te.create_prim_func([*args, out]))
@@ -143,7 +159,7 @@ def schedule(task: Task, config: Mapping[str, Any], target: Target) -> Kernel:
     sch.unroll(col_unrolled)
     sch.decompose_reduction(raw_block, dd)
 
-    if not k_transposed:
+    if k_cols is not k:
         pair = sch.get_loops(sch.get_sblock("k_packed"))[0]
         if config["parallel"]:
             sch.parallel(pair)
