@@ -53,10 +53,8 @@ def upcast_float(value: np.ndarray) -> np.ndarray:
 
 
 def _is_float_type(onnx_type: Any) -> bool:
-    if onnx_type is None:
-        return False
-    return onnx.helper.tensor_dtype_to_np_dtype(int(onnx_type)).kind == "f" or \
-        int(onnx_type) == onnx.TensorProto.BFLOAT16
+    """An ONNX element type the reference computes in float64: one of upcast_float's."""
+    return onnx_type is not None and onnx.helper.tensor_dtype_to_np_dtype(int(onnx_type)).name in FLOAT_DTYPES
 
 
 def freeze_attrs(attrs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:

@@ -315,7 +315,8 @@ def run_tune(model_path: Path, options: TuneOptions, out: Path | None,
             result = done.result
             say(f"    {done.status}: {result.measured if result else 0} trials in {done.wall_seconds:.1f} s"
                 f"{f' ({result.stop_reason})' if result and result.stop_reason else ''}")
-    outcomes.sort(key=lambda outcome: profiles.index(outcome.profile))  # the report lists tasks by headroom, as profiled
+    position = {id(profile): index for index, profile in enumerate(profiles)}
+    outcomes.sort(key=lambda outcome: position[id(outcome.profile)])  # the report lists tasks by headroom
     e2e = _end_to_end(model_path, graph, backend, target, outcomes, options, say)
     pack_path = None
     report = TuneReport(model=model_path.name, target=target.name, backend=target.backend,

@@ -208,8 +208,11 @@ def main() -> int:
             print(f"steps of {name}:")
             for label, ms in result[f"steps {name}"]:
                 print(f"  {ms:7.3f} ms  {label}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1))
+    if args.json:  # the machine, versions, date and command first, as every result file here
+        sys.path.insert(0, str(Path(__file__).parent.parent / "models"))
+        from tune_models import run_header
+
+        Path(args.json).write_text(json.dumps({**run_header(backend.fingerprint()), **result}, indent=1))
     return 0
 
 

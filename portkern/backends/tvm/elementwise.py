@@ -79,7 +79,7 @@ def schedule(task: Task, config: Mapping[str, Any], target: Target) -> Kernel:
     inline_elementwise(sch, keep=("out", *computed.stages))
     lanes = config["vector_lanes"]
     vectors, lane = sch.split(sch.get_loops(sch.get_sblock("out"))[0], [None, lanes])
-    tasks, vector = sch.split(vectors, [None, max(1, config["chunk"] // lanes)])
+    tasks, vector = sch.split(vectors, [None, config["chunk"] // lanes])
     if config["parallel"]:
         sch.parallel(tasks)
     sch.vectorize(lane)
