@@ -169,34 +169,6 @@ def test_tma_store_epilogue_clips_the_edge_tiles(name: str, task: Task) -> None:
         run_gate(variant, config, task)
 
 
-def test_two_programs_per_sm_share_the_tiles() -> None:
-    """CTAS_PER_SM=2 doubles the persistent grid: every tile is still computed exactly once
-    (more programs than the tile loop's stride assumes would compute tiles twice or skip them).
-    18 x 16 tiles of 64 x 64: more than 2 x 132 programs, so some programs take two tiles."""
-    variant = VARIANTS["gemm_tma"]
-    task = synthetic.gemm_task(1090, 1000, 72, "float16", trans_b=True, bias=True, residual=True)
-    config = {**variant.default, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3,
-              "CTAS_PER_SM": 2}
-    assert _valid(variant, config, task)
-    run_gate(variant, config, task)
-
-
-def test_two_programs_per_sm_must_fit_one_sm() -> None:
-    """A second resident program is refused where the SM's shared memory or registers cannot hold it."""
-    variant = VARIANTS["gemm_tma"]
-    task = synthetic.gemm_task(4096, 768, 3072, "float16", trans_b=True)
-    ring_too_big = {**variant.default, "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_stages": 4,
-                    "CTAS_PER_SM": 2}
-    reason = BACKEND.check(Candidate.of(variant, ring_too_big), task)
-    assert reason is not None and "shared memory" in reason
-    accumulator_too_big = {**variant.default, "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 32, "num_stages": 2,
-                           "num_warps": 8, "CTAS_PER_SM": 2}
-    reason = BACKEND.check(Candidate.of(variant, accumulator_too_big), task)
-    assert reason is not None and "registers" in reason
-    assert BACKEND.check(Candidate.of(variant, {**ring_too_big, "BLOCK_N": 128, "num_stages": 3,
-                                                 "num_warps": 8}), task) is None
-
-
 def test_tma_store_refuses_misaligned_output_rows() -> None:
     variant = VARIANTS["gemm_tma_staged"]
     task = synthetic.gemm_task(37, 50, 70, "float16", bias=True)

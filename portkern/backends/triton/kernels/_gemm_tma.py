@@ -5,35 +5,14 @@
 
 SPACE = {"BLOCK_M": [64, 128, 256], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128],
          "GROUP_M": [1, 8, 16], "NUM_SMS": [58, 108, 132, 304], "FLATTEN": [False, True],
-         "TMA_STORE": [False, True], "CTAS_PER_SM": [1, 2], "num_warps": [4, 8], "num_stages": [2, 3, 4, 5]}
+         "TMA_STORE": [False, True], "num_warps": [4, 8], "num_stages": [2, 3, 4, 5]}
 DEFAULT = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "NUM_SMS": 132, "FLATTEN": True,
-           "TMA_STORE": False, "CTAS_PER_SM": 1, "num_warps": 8, "num_stages": 3}
-
-# registers a thread of this kernel holds besides its accumulator (descriptors, indices, the
-# epilogue's pointers): what is left of the SM's register file for a second resident program
-_NON_ACCUMULATOR_REGISTERS = 40
+           "TMA_STORE": False, "num_warps": 8, "num_stages": 3}
 
 
-def _programs_problem(task, config, target):
-    """NUM_SMS must be the target's SM count; CTAS_PER_SM = 2 launches two persistent programs
-    per SM, so that one's epilogue and pipeline fill run under the other's main loop (what
-    cuBLAS's ping-pong kernels get from two consumer warp groups), and is only worth a trial
-    where two fit an SM: shared memory (ring and staged output tile) and registers."""
+def _sms_problem(config, target):
     if config["NUM_SMS"] != target.profile.cores:
         return f"NUM_SMS={config['NUM_SMS']} is not the target's SM count ({target.profile.cores})"
-    ctas = config["CTAS_PER_SM"]
-    if ctas == 1:
-        return None
-    limits = target.profile.limits
-    per_sm = limits.get("shared_mem_per_sm")
-    if per_sm is not None and ctas * shared_memory(task, config) > per_sm:
-        return f"CTAS_PER_SM={ctas}: {ctas} x {shared_memory(task, config)} B of shared memory > {int(per_sm)} B an SM"
-    threads = config["num_warps"] * target.profile.warp_size
-    accumulator = config["BLOCK_M"] * config["BLOCK_N"] // threads
-    budget = min(limits.get("registers_per_thread", 255), limits.get("registers_per_sm", 65536) // (ctas * threads))
-    if accumulator + _NON_ACCUMULATOR_REGISTERS > budget:
-        return (f"CTAS_PER_SM={ctas}: a thread needs ~{accumulator + _NON_ACCUMULATOR_REGISTERS} registers, "
-                f"{ctas} programs of {threads} threads leave {int(budget)}")
     return None
 
 
@@ -92,7 +71,7 @@ def _launch_tma(task, config, p, a, a_strides, b, b_strides, out):
     # the output's descriptor is built (and checked) only where the kernel stores through it
     c_desc = TensorDescriptor(out, [p.M, p.N], list(p.stride_c), [block_m, block_n]) if config["TMA_STORE"] else a_desc
     tiles = triton.cdiv(p.M, block_m) * triton.cdiv(p.N, block_n)
-    _gemm_tma[(min(tiles, config["NUM_SMS"] * config["CTAS_PER_SM"]),)](
+    _gemm_tma[(min(tiles, config["NUM_SMS"]),)](
         a_desc, b_desc, c_desc, out, p.bias, p.residual, p.M, p.N, p.K, *p.stride_c, *p.stride_r,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config["GROUP_M"],
         B_TRANSPOSED=b_transposed, FLATTEN=config["FLATTEN"], TMA_STORE=config["TMA_STORE"], **p.epilogue,

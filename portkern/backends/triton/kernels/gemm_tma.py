@@ -21,7 +21,7 @@ PRECISION = "fp32"
 
 
 def constraints(task, config, target):
-    return (_tma_problem(task, target) or _programs_problem(task, config, target) or _store_problem(task, config)
+    return (_tma_problem(task, target) or _sms_problem(config, target) or _store_problem(task, config)
             or _residual_problem(task)
             or _accumulator_problem(config["BLOCK_M"], config["BLOCK_N"], config["num_warps"], target))
 

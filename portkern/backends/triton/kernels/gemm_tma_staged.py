@@ -40,7 +40,7 @@ def constraints(task, config, target):
         return problem
     if not _misaligned_rows(task):
         return "the operands' rows are 16-byte aligned already: gemm_tma reads them without a copy"
-    return (_programs_problem(task, config, target) or _store_problem(task, config) or _residual_problem(task)
+    return (_sms_problem(config, target) or _store_problem(task, config) or _residual_problem(task)
             or _accumulator_problem(config["BLOCK_M"], config["BLOCK_N"], config["num_warps"], target))
 
 
