@@ -28,6 +28,7 @@ Patterns (kinds and kernel signatures are in tasks.py):
   layernorm   LayerNormalization (last axis), or ReduceMean -> Sub -> Pow 2 | Mul(d,d) -> ReduceMean
               -> Add eps -> Sqrt -> Div | Reciprocal*x -> Mul gamma -> Add beta
   rmsnorm     Pow 2 | Mul(x,x) -> ReduceMean -> Add eps -> Sqrt -> Div | Reciprocal*x -> Mul gamma
+              (both norms: the scale may follow a Cast that keeps the dtype, as transformers writes)
   softmax     Softmax over the last axis (outside attention)
   reduce      ReduceSum/Mean/Max/Min (outside norms)
   elementwise maximal trees of elementwise ops whose intermediates have one consumer
@@ -669,12 +670,13 @@ def _match_layernorm_primitive(ctx: _Context, mean: Node) -> _Match | None:
     if normalized is None:
         return None
     norm_nodes, eps, cur = normalized
+    cur, passed = ctx.pass_through(cur)
     n = ctx.shape(x)[-1]
     scaled = _affine(ctx, cur, ("Mul",), n)
     shifted = _affine(ctx, scaled[0].outputs[0], _ADDS, n) if scaled else None
     if scaled is None or shifted is None:
         return None
-    nodes = [mean, sub, squares[0], var, *norm_nodes, scaled[0], shifted[0]]
+    nodes = [mean, sub, squares[0], var, *norm_nodes, *passed, scaled[0], shifted[0]]
     return _norm_match(ctx, "layernorm", x, nodes, eps, shifted[0].outputs[0], [scaled[1], shifted[1]])
 
 
@@ -689,10 +691,11 @@ def _match_rmsnorm(ctx: _Context, square: Node) -> _Match | None:
     if normalized is None:
         return None
     norm_nodes, eps, cur = normalized
+    cur, passed = ctx.pass_through(cur)  # transformers' LlamaRMSNorm casts back to the input's dtype
     scaled = _affine(ctx, cur, ("Mul",), ctx.shape(x)[-1])
     if scaled is None:
         return None
-    nodes = [square, mean, *norm_nodes, scaled[0]]
+    nodes = [square, mean, *norm_nodes, *passed, scaled[0]]
     return _norm_match(ctx, "rmsnorm", x, nodes, eps, scaled[0].outputs[0], [scaled[1]])
 
 

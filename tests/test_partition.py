@@ -331,6 +331,27 @@ def test_rmsnorm_reciprocal_spelling() -> None:
                                synthetic.rmsnorm_task(3, 16).reference([x_value, gamma])[0], rtol=1e-12)
 
 
+def test_rmsnorm_as_transformers_writes_it() -> None:
+    """LlamaRMSNorm: Pow 2, mean, 1 / Sqrt, x times that, a Cast back to the input's dtype (a
+    no-op in float32), then the weight on the left: one rmsnorm task, the reference unchanged."""
+    builder = GraphBuilder("llama_rms", "float32")
+    x = builder.input("x", (3, 16))
+    mean = builder.op("ReduceMean", [builder.op("Pow", [x, builder.constant(np.float32(2.0))], (3, 16))], (3, 1),
+                      axes=[-1], keepdims=1)
+    std = builder.op("Sqrt", [builder.op("Add", [mean, builder.constant(np.float32(1e-6))], (3, 1))], (3, 1))
+    inverse = builder.op("Div", [builder.constant(np.float32(1.0)), std], (3, 1))
+    normalized = builder.op("Mul", [x, inverse], (3, 16))
+    cast = builder.op("Cast", [normalized], (3, 16), to=helper.np_dtype_to_tensor_dtype(np.dtype("float32")))
+    out = builder.op("Mul", [builder.input("gamma", (16,)), cast], (3, 16))
+    assert [t.kind for t in partition(builder.graph([out]))] == ["rmsnorm"]
+    task = builder.task(out)
+    assert task.key == synthetic.rmsnorm_task(3, 16).key
+    rng = np.random.default_rng(0)
+    x_value, gamma = rng.standard_normal((3, 16)), rng.standard_normal(16)
+    np.testing.assert_allclose(task.reference([x_value, gamma])[0],
+                               synthetic.rmsnorm_task(3, 16).reference([x_value, gamma])[0], rtol=1e-12)
+
+
 def test_shared_intermediates_stop_fusion() -> None:
     """A value read twice is a task boundary: a gemm whose output is also a graph output has no
     epilogue, and elementwise trees split where a value has two consumers."""

@@ -8,7 +8,12 @@ gpt2: GPT2LMHeadModel, 2 layers, 256 wide, 4 heads, vocab 2000, 1x64 tokens (cau
 the graph, GELU written out with Pow and Tanh). vit: ViTModel, 2 layers, 192 wide, 3 heads, 224 px
 in 16 px patches (197 tokens). mobilenet_v2: MobileNetV2Model at depth multiplier 0.5 (depthwise
 convs, ReLU6). convnext: ConvNextModel, depths 1-1-2-1, widths 48-384 (7x7 depthwise convs,
-channels-last LayerNorm, GELU). Each is eager attention, opset 17, the legacy exporter.
+channels-last LayerNorm, GELU). llama: LlamaForCausalLM, 2 layers, 256 wide, 4 query heads sharing 2
+key/value heads, 1x64 tokens (RMSNorm written out, rotary embeddings, SiLU-gated MLP). whisper:
+WhisperModel's encoder, 2 layers, 192 wide, 80 mel bins x 3000 frames (two Conv1d, GELU).
+swin: SwinModel, depths 2-2, 48 wide, 224 px (windowed attention with a relative position bias,
+shifted windows, patch merging). distilbert: DistilBertModel, 2 layers, 256 wide, 1x128 tokens.
+Each is eager attention, opset 17, the legacy exporter.
 """
 from __future__ import annotations
 
@@ -49,6 +54,21 @@ MODELS: dict[str, Callable[[], tuple[torch.nn.Module, tuple[torch.Tensor, ...], 
     "convnext": lambda: (_Field(transformers.ConvNextModel(transformers.ConvNextConfig(
         depths=[1, 1, 2, 1], hidden_sizes=[48, 96, 192, 384])), "pooler_output"),
         (torch.randn(1, 3, 224, 224),), "pixel_values", "pooled"),
+    "llama": lambda: (_Field(transformers.LlamaForCausalLM(_eager(transformers.LlamaConfig(
+        num_hidden_layers=2, hidden_size=256, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=688, vocab_size=2000, max_position_embeddings=256))), "logits"),
+        (torch.randint(0, 2000, (1, 64)),), "input_ids", "logits"),
+    "whisper": lambda: (_Field(transformers.WhisperModel(_eager(transformers.WhisperConfig(
+        d_model=192, encoder_layers=2, decoder_layers=1, encoder_attention_heads=3, decoder_attention_heads=3,
+        encoder_ffn_dim=768, decoder_ffn_dim=768, vocab_size=2000, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        decoder_start_token_id=1))).get_encoder(), "last_hidden_state"),
+        (torch.randn(1, 80, 3000),), "input_features", "last_hidden_state"),
+    "swin": lambda: (_Field(transformers.SwinModel(_eager(transformers.SwinConfig(
+        embed_dim=48, depths=[2, 2], num_heads=[3, 6]))), "pooler_output"),
+        (torch.randn(1, 3, 224, 224),), "pixel_values", "pooled"),
+    "distilbert": lambda: (_Field(transformers.DistilBertModel(_eager(transformers.DistilBertConfig(
+        n_layers=2, dim=256, n_heads=4, hidden_dim=1024, vocab_size=2000))), "last_hidden_state"),
+        (torch.randint(0, 2000, (1, 128)),), "input_ids", "last_hidden_state"),
 }
 
 

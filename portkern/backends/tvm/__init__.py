@@ -42,7 +42,7 @@ from ...ort_subgraph import OrtGraphPiece, OrtProgram, OrtSubgraphError, node_se
 from ...tasks import Task
 from ..base import (HOST_BUFFER_ALIGNMENT, Artifact, Backend, Candidate, CompileError, Program, StretchPiece,
                     Variant)
-from . import attention, conv2d, elementwise, gemm, global_pool, inline, layernorm, pool, softmax
+from . import attention, conv2d, elementwise, gemm, global_pool, inline, layernorm, pool, rmsnorm, softmax
 from .common import nearest_valid
 from .cuda import TEMPLATES as CUDA_TEMPLATES
 from .cuda import build as cuda_build
@@ -55,6 +55,7 @@ TEMPLATES: dict[str, tuple[types.ModuleType, ...]] = {
     "conv2d": (conv2d,),
     "softmax": (softmax,),
     "layernorm": (layernorm,),
+    "rmsnorm": (rmsnorm,),
     "pool": (pool, global_pool),
     "attention": (attention,),
     "elementwise": (elementwise,),

@@ -4,7 +4,7 @@ mean = sum(x) / N, var = sum((x - mean)^2) / N (two passes: exact for rows with 
 where sum(x^2) - N mean^2 cancels), out = (x - mean) / sqrt(var + eps) * gamma + beta.
 lane_reduce keeps vector_lanes partial sums in one vector register while walking the row.
 computation() and rmsnorm_computation() are shared with the CUDA family (cuda/layernorm.py,
-cuda/rmsnorm.py; RMSNorm has no CPU schedule yet).
+cuda/rmsnorm.py); rmsnorm.py schedules RMSNorm on the CPU with this space and schedule_norm().
 """
 from __future__ import annotations
 
@@ -78,8 +78,7 @@ def computation(task: Task, lanes: int) -> Computation:
 
 
 def rmsnorm_computation(task: Task, lanes: int) -> Computation:
-    """x / sqrt(mean(x^2) + eps) * gamma over the task's (rows, N) view (no CPU schedule yet: the
-    CUDA family schedules it)."""
+    """x / sqrt(mean(x^2) + eps) * gamma over the task's (rows, N) view."""
     rows, n = dims(task)
     eps = float(task.attr("eps", 1e-6))
     x = te.placeholder((rows, n), "float32", name="x")
@@ -90,9 +89,18 @@ def rmsnorm_computation(task: Task, lanes: int) -> Computation:
     return Computation((x, gamma, out), ((rows, n), (n,), (rows, n)), ("row_sq_lanes", "row_sq"))
 
 
-def schedule(task: Task, config: Mapping[str, Any], target: Target) -> Kernel:
-    computed = computation(task, config["vector_lanes"] if config["lane_reduce"] else 1)
+def reduce_lanes(config: Mapping[str, Any]) -> int:
+    """Partial sums a row's reduction keeps (common.row_reduce): a vector of them, or one."""
+    return config["vector_lanes"] if config["lane_reduce"] else 1
+
+
+def schedule_norm(computed: Computation, config: Mapping[str, Any]) -> Kernel:
+    """Both norms' CPU schedule: the row statistics and the output row by row (common.schedule_rows)."""
     sch = s_tir.Schedule(computed.prim_func())
     inline_elementwise(sch, keep=[*computed.stages, "out"])
     schedule_rows(sch, config, computed.stages)
     return Kernel(sch.mod, computed.arg_shapes)
+
+
+def schedule(task: Task, config: Mapping[str, Any], target: Target) -> Kernel:
+    return schedule_norm(computation(task, reduce_lanes(config)), config)

@@ -1,8 +1,8 @@
 """RMSNorm over the last axis on CUDA GPUs: the sum of squares as a cross-thread reduction over
 threads_per_row threads, rows_per_block rows per block.
 
-The computation is ../layernorm.py's rmsnorm_computation (one TE definition; the CPU family has
-no RMSNorm schedule yet). cache_row reads the block's rows of x into shared memory once (two
+The computation is ../layernorm.py's rmsnorm_computation (one TE definition with the CPU's
+../rmsnorm.py). cache_row reads the block's rows of x into shared memory once (two
 passes, one global read).
 """
 from __future__ import annotations
