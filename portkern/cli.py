@@ -62,6 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("--trial-timeout", type=float, default=300.0)
     tune.add_argument("--compile-workers", type=int, default=0,
                       help="processes that compile candidates ahead of the measuring worker (they launch nothing)")
+    tune.add_argument("--allow-tf32", action="store_true",
+                      help="float32 tasks may take kernels that multiply in TF32 (verified at TF32 tolerances; "
+                           "the baselines they are compared with stay IEEE float32)")
     tune.add_argument("--no-priors", action="store_true",
                       help="do not seed studies with the configurations the target's priors file measured best")
     tune.add_argument("--seed", type=int, default=0)
@@ -216,8 +219,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         work_dir=Path(args.work_dir) if args.work_dir else None, resume=args.resume, proposers=proposers,
         llm_endpoint=args.llm_endpoint, llm_model=args.llm_model, llm_max_requests=args.llm_max_requests,
         llm_max_tokens=args.llm_max_tokens, llm_timeout_s=args.llm_timeout, trial_timeout_s=args.trial_timeout,
-        compile_workers=args.compile_workers, priors=not args.no_priors, max_tasks=args.max_tasks,
-        seed=args.seed)
+        compile_workers=args.compile_workers, priors=not args.no_priors, allow_tf32=args.allow_tf32,
+        max_tasks=args.max_tasks, seed=args.seed)
     progress = None if args.quiet or args.json else (lambda line: print(line, file=sys.stderr, flush=True))
     report = run_tune(Path(args.model), options, Path(args.out), progress)
     report.command = " ".join(["portkern", *sys.argv[1:]])

@@ -60,6 +60,7 @@ class TuneOptions:
     trial_timeout_s: float = 300.0
     compile_workers: int = 0  # processes compiling candidates ahead of the measuring worker
     priors: bool = True  # seed studies with the target's shipped priors (priors.py)
+    allow_tf32: bool = False  # float32 tasks may take tf32 kernels (opt-in, as torch's allow_tf32)
     max_tasks: int | None = None  # tune only the N tasks with most headroom
     seed: int = 0
     e2e_tolerance: float | None = None  # whole-model rel L2 vs onnxruntime; default by dtype
@@ -364,6 +365,12 @@ def _ms(seconds: float | None) -> str:
     return "n/a" if seconds is None else f"{seconds * 1e3:.4g} ms"
 
 
+def precision_admitted(variant: Variant, task: Task, options: TuneOptions) -> bool:
+    """A float32 task gets float32 arithmetic unless the user opts into TF32: a tf32 kernel beats
+    the IEEE float32 baselines it is compared with by giving up precision the model asked for."""
+    return options.allow_tf32 or not (variant.precision == "tf32" and task.dtype == "float32")
+
+
 def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, pool: CompilePool | None,
                proposers: list[Proposer],
                trials: int, deadline: float | None, storage: str, log: RecordLog, store: ArtifactStore,
@@ -386,7 +393,8 @@ def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, 
     while remaining > 0 and feedback.round < MAX_ROUNDS:
         new: list[Variant] = []
         for proposer in proposers:
-            offered = [v for v in proposer.propose(task, backend, feedback) if v.name not in feedback.library]
+            offered = [v for v in proposer.propose(task, backend, feedback)
+                       if v.name not in feedback.library and precision_admitted(v, task, options)]
             if offered and proposer.name not in used:
                 used.append(proposer.name)
             new.extend(offered)

@@ -24,8 +24,9 @@ from portkern.search.strategy import ArtifactStore, SearchOptions, VariantAlloca
 from portkern.search.worker import InProcessRunner, TrialJob
 from portkern.profile import TaskProfile
 from portkern.search.strategy import SearchResult
-from portkern.synthetic import conv2d_task, pool_task, softmax_task
-from portkern.tuner import RESERVED_SHARE, RESERVED_TRIALS, TaskOutcome, allocate_trials, next_task, time_slice
+from portkern.synthetic import conv2d_task, gemm_task, pool_task, softmax_task
+from portkern.tuner import (RESERVED_SHARE, RESERVED_TRIALS, TaskOutcome, TuneOptions, allocate_trials, next_task,
+                            precision_admitted, time_slice)
 from portkern.verify import GateOptions
 
 FAST = MeasureOptions(warmup=1, repeats=3, input_sets=2)
@@ -305,3 +306,18 @@ def test_the_deadline_outranks_a_trial_budget_filled_by_builds_in_flight() -> No
     on_time = SearchOptions(trials=8, deadline=time.time() + 60.0)
     reason, finish = _stop_reason(SearchResult(task=task, best=None, artifact=None), on_time, 1e-6, 0, 0, 8, 100)
     assert reason.startswith("trial budget") and finish
+
+
+def test_float32_tasks_take_tf32_kernels_only_when_the_user_allows() -> None:
+    """A tf32 kernel is faster than the IEEE float32 baselines by giving up precision the model
+    asked for: a float32 task is offered one only with allow_tf32 (--allow-tf32); float16 data,
+    whose products are no finer than TF32's, is unaffected."""
+    triton = get_backend(load_target("h200"))
+    single, half = gemm_task(64, 64, 64, "float32"), gemm_task(64, 64, 64, "float16")
+    offered = triton.variants(single)
+    assert {v.precision for v in offered} >= {"fp32", "tf32"}
+    strict, allowed = TuneOptions(target="h200"), TuneOptions(target="h200", allow_tf32=True)
+    kept = [v.name for v in offered if precision_admitted(v, single, strict)]
+    assert kept and all(v.precision != "tf32" for v in offered if v.name in kept)
+    assert all(precision_admitted(v, single, allowed) for v in offered)
+    assert all(precision_admitted(v, half, strict) for v in triton.variants(half))
