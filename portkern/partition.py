@@ -260,7 +260,9 @@ def _node_steps(ctx: _Context, node: Node, refs: dict[str, Any], steps: list[tup
     elif op == "Gelu":
         out = emit("gelu_tanh" if node.attrs.get("approximate", "none") == "tanh" else "gelu", ref(0))
     elif op == "Cast":
-        out = emit("cast", ref(0), ctx.spec(node.outputs[0]).dtype)
+        dtype = ctx.spec(node.outputs[0]).dtype
+        # a Cast to the dtype the value has is a copy (transformers casts to the input's dtype)
+        out = ref(0) if dtype == ctx.spec(node.inputs[0]).dtype else emit("cast", ref(0), dtype)
     elif op == "Where":
         out = emit("where", ref(0), ref(1), ref(2))
     else:  # Clip
@@ -935,6 +937,8 @@ def _elementwise_matches(ctx: _Context) -> list[_Match]:
             if name and name not in made and ctx.scalar(name) is None))
         out = group[-1].outputs[0]
         expr = _build_expr(ctx, group, inputs)
+        if not expr:  # only copies: glue, no kernel's worth of work
+            continue
         flops = len(expr) * ctx.spec(out).numel
         # a chain that computes a known activation of its one input (GPT-2's GELU written out in
         # eight ops) is that activation's one step: the same task as the Gelu op's, and one a

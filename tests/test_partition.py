@@ -352,6 +352,23 @@ def test_rmsnorm_as_transformers_writes_it() -> None:
                                synthetic.rmsnorm_task(3, 16).reference([x_value, gamma])[0], rtol=1e-12)
 
 
+def test_a_cast_to_the_same_dtype_is_no_step_and_alone_no_task() -> None:
+    """transformers casts a float32 residual to float32 before each LlamaRMSNorm: a copy, no kernel
+    of its own (a kernel that only copies costs a launch for nothing), and no step inside a chain
+    (a backend with a short expression, the NPU's, would spend one of its steps on it)."""
+    float32 = helper.np_dtype_to_tensor_dtype(np.dtype("float32"))
+    builder = GraphBuilder("copies", "float32")
+    x, y = builder.input("x", (4, 8)), builder.input("y", (4, 8))
+    copy = builder.op("Cast", [builder.op("Add", [x, y], (4, 8))], (4, 8), to=float32)
+    chained = builder.op("Mul", [copy, builder.constant(np.float32(0.5))], (4, 8))
+    alone = builder.op("Cast", [builder.input("z", (4, 8))], (4, 8), to=float32)
+    tasks = partition(builder.graph([chained, alone]))
+    assert [(t.kind, t.attr("expr")) for t in tasks] == [("elementwise", (("add", "in0", "in1"), ("mul", "t0", 0.5)))]
+    rng = np.random.default_rng(0)
+    x_value, y_value = rng.standard_normal((4, 8)), rng.standard_normal((4, 8))
+    np.testing.assert_allclose(tasks[0].reference([x_value, y_value])[0], (x_value + y_value) * 0.5, rtol=1e-12)
+
+
 def test_shared_intermediates_stop_fusion() -> None:
     """A value read twice is a task boundary: a gemm whose output is also a graph output has no
     epilogue, and elementwise trees split where a value has two consumers."""
