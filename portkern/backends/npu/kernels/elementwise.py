@@ -1,13 +1,14 @@
 """Elementwise chains, triton-ascend style: one program per vector core loops over BLOCK-element
 tiles of the flattened tensors. The expression (attrs["expr"]) is compiled into the kernel as
-constexpr step names and operand slots, so one source serves every chain of up to four steps in
-which each step reads task inputs, the step before it, or scalar constants; `where` selects
+constexpr step names and operand slots, so one source serves every expression of up to four steps
+in which each step reads task inputs, any earlier step, or scalar constants (an earlier step than
+the one before stays in a UB buffer of its own: rotary embeddings' x * cos + rotate(x) * sin
+reads two products); `where` selects
 between two scalars on a condition (an attention mask's preparation). An input may repeat along
 the leading axes (a position embedding or a bias added to every row: its shape is the output's
 trailing dims after leading 1s): it is read at the flat index modulo its size, each tile's DMA
 then starting where that lands, so the start must stay 32-byte aligned. Other expressions (other
-broadcasts, casts, where between tensors, a step reading an older step) are refused in
-constraints().
+broadcasts, casts, where between tensors) are refused in constraints().
 """
 import math
 
@@ -23,7 +24,7 @@ ITEMSIZE = {"float16": 2, "float32": 4}
 INPUT_ITEMSIZE = {**ITEMSIZE, "bool": 1}  # a condition input of `where` may be bool
 MAX_STEPS = 4
 MAX_INPUTS = 4
-PREVIOUS, SCALAR, NONE = 4, 5, -1  # operand slots beyond the inputs' 0..3
+FIRST_STEP, SCALAR, NONE = 4, 7, -1  # operand slots beyond the inputs' 0..3: steps t0..t2 are 4..6
 # vector passes per element (transcendentals take several)
 STEP_COST = {"add": 1, "sub": 1, "mul": 1, "div": 2, "max": 1, "min": 1, "square": 1, "cube": 2,
              "sqrt": 2, "exp": 4, "log": 4, "tanh": 6, "sigmoid": 5, "relu": 1, "erf": 6, "neg": 1,
@@ -54,12 +55,12 @@ def _steps(task):
                 slots.append(SCALAR)
                 scalars.append(float(arg))
                 continue
-            if arg == f"t{index - 1}":
-                slots.append(PREVIOUS)
+            if arg.startswith("t") and int(arg[1:]) < index:
+                slots.append(FIRST_STEP + int(arg[1:]))
             elif arg.startswith("in") and int(arg[2:]) < MAX_INPUTS:
                 slots.append(int(arg[2:]))
             else:
-                return f"operand {arg} of step {index} is neither an input, the previous step nor a scalar"
+                return f"operand {arg} of step {index} is neither an input, an earlier step nor a scalar"
             scalars.append(0.0)
         slots += [NONE] * (2 - len(slots))
         scalars += [0.0] * (2 - len(scalars))
@@ -67,6 +68,12 @@ def _steps(task):
             scalars = list(scalar_branches)
         steps.append((op, slots[0], slots[1], scalars[0], scalars[1]))
     return steps
+
+
+def _kept_steps(steps):
+    """Steps read after the step that follows them: each needs a UB buffer of its own."""
+    return len({slot - FIRST_STEP for index, step in enumerate(steps) for slot in step[1:3]
+                if FIRST_STEP <= slot < SCALAR and slot - FIRST_STEP != index - 1})
 
 
 def _period(spec, out_shape):
@@ -112,7 +119,8 @@ def schedule(task, config, target):
     inputs = len(task.inputs)
     # a repeating input's tile wraps around its end where BLOCK does not divide it: a second DMA
     wraps = sum(1 for spec in task.inputs if (p := _period(spec, task.outputs[0].shape)) != n and p % block)
-    cost = 2 + sum(STEP_COST[step[0]] for step in _steps(task))  # + cast in and out
+    steps = _steps(task)
+    cost = 2 + sum(STEP_COST[step[0]] for step in steps)  # + cast in and out
     return {
         "core": "vector", "programs": programs, "tiles": triton.cdiv(n_tiles, programs), "total_tiles": n_tiles,
         "buffers": config["BUFFERS"],
@@ -120,7 +128,7 @@ def schedule(task, config, target):
                      "ub_to_gm": moved * ITEMSIZE[task.outputs[0].dtype],
                      "vector_ops": block * cost},
         "transfers": {"gm_to_ub": inputs + wraps},
-        "live": {"ub": config["BUFFERS"] * (inputs + 1) * block * size + 2 * block * 4},
+        "live": {"ub": config["BUFFERS"] * (inputs + 1) * block * size + (2 + _kept_steps(steps)) * block * 4},
         "tails": {"ub": [block * size]},
         "gm_alignment": min((block * size) & -(block * size), 512),
         "footprint_bytes": (inputs + 1) * n * size, "vector_op_bytes": 4,
@@ -128,7 +136,7 @@ def schedule(task, config, target):
 
 
 @triton.jit
-def _operand(SLOT: tl.constexpr, x0, x1, x2, x3, previous, scalar, BLOCK: tl.constexpr):
+def _operand(SLOT: tl.constexpr, x0, x1, x2, x3, t0, t1, t2, scalar, BLOCK: tl.constexpr):
     if SLOT == 0:
         value = x0
     elif SLOT == 1:
@@ -138,17 +146,21 @@ def _operand(SLOT: tl.constexpr, x0, x1, x2, x3, previous, scalar, BLOCK: tl.con
     elif SLOT == 3:
         value = x3
     elif SLOT == 4:
-        value = previous
+        value = t0
+    elif SLOT == 5:
+        value = t1
+    elif SLOT == 6:
+        value = t2
     else:
         value = tl.full((BLOCK,), scalar, tl.float32)
     return value
 
 
 @triton.jit
-def _step(OP: tl.constexpr, A: tl.constexpr, B: tl.constexpr, x0, x1, x2, x3, previous, scalar_a, scalar_b,
+def _step(OP: tl.constexpr, A: tl.constexpr, B: tl.constexpr, x0, x1, x2, x3, t0, t1, t2, scalar_a, scalar_b,
           BLOCK: tl.constexpr):
-    a = _operand(A, x0, x1, x2, x3, previous, scalar_a, BLOCK)
-    b = _operand(B, x0, x1, x2, x3, previous, scalar_b, BLOCK)
+    a = _operand(A, x0, x1, x2, x3, t0, t1, t2, scalar_a, BLOCK)
+    b = _operand(B, x0, x1, x2, x3, t0, t1, t2, scalar_b, BLOCK)
     if OP == "add":
         y = a + b
     elif OP == "sub":
@@ -226,13 +238,17 @@ def _elementwise_blocks(x0_ptr, x1_ptr, x2_ptr, x3_ptr, out_ptr, n, p0, p1, p2, 
             x2 = _tile(x2_ptr, offsets, inside, p2, R2)
         if N_INPUTS > 3:
             x3 = _tile(x3_ptr, offsets, inside, p3, R3)
-        value = _step(OP0, A0, B0, x0, x1, x2, x3, x0, s0a, s0b, BLOCK)
+        # a step's slots name only earlier steps (_steps), so the x0 placeholders are never read
+        t0 = _step(OP0, A0, B0, x0, x1, x2, x3, x0, x0, x0, s0a, s0b, BLOCK)
+        value = t0
         if OP1 != "":
-            value = _step(OP1, A1, B1, x0, x1, x2, x3, value, s1a, s1b, BLOCK)
-        if OP2 != "":
-            value = _step(OP2, A2, B2, x0, x1, x2, x3, value, s2a, s2b, BLOCK)
-        if OP3 != "":
-            value = _step(OP3, A3, B3, x0, x1, x2, x3, value, s3a, s3b, BLOCK)
+            t1 = _step(OP1, A1, B1, x0, x1, x2, x3, t0, x0, x0, s1a, s1b, BLOCK)
+            value = t1
+            if OP2 != "":
+                t2 = _step(OP2, A2, B2, x0, x1, x2, x3, t0, t1, x0, s2a, s2b, BLOCK)
+                value = t2
+                if OP3 != "":
+                    value = _step(OP3, A3, B3, x0, x1, x2, x3, t0, t1, t2, s3a, s3b, BLOCK)
         tl.store(out_ptr + offsets, value.to(out_ptr.dtype.element_ty), mask=inside)
 
 
