@@ -6,8 +6,12 @@ were taken is recorded with them.
 """
 from __future__ import annotations
 
+import functools
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
+
+from threadpoolctl import ThreadpoolController
 
 from .backends.base import Backend, ProducingProgram, Program
 from .search.records import Measurement
@@ -21,6 +25,21 @@ class MeasureOptions:
     repeats: int = 30
     input_sets: int = 3  # rotated so caches do not flatter a kernel whose inputs fit on chip
     max_seconds: float = 2.0  # stop repeating once this much time was spent timing
+
+
+@functools.cache
+def _blas() -> ThreadpoolController:
+    """The BLAS libraries loaded in this process (found once: it walks the process's libraries)."""
+    return ThreadpoolController()
+
+
+def one_blas_thread() -> AbstractContextManager[Any]:
+    """numpy's BLAS on one thread while kernels are timed in this process or beside it. OpenBLAS's
+    threads spin ~0.1 s after each call (a reference's matmul, the gate's error norms, the
+    sampler's arithmetic between trials), and a CPU kernel timed meanwhile shares the cores with
+    them: on a 2-core host every parallel TVM kernel measured in 4 ms scheduler ticks (a GEMM
+    4.0 ms instead of 0.39), and the search kept serial kernels that lose to onnxruntime."""
+    return _blas().limit(limits=1, user_api="blas")
 
 
 _last_inputs: dict[tuple[int, str, int, int], list[list[Any]]] = {}

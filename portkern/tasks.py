@@ -30,7 +30,6 @@ Kinds and their kernel signatures (inputs in this order; graph layouts, kernels 
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -38,7 +37,6 @@ from typing import Any, Sequence
 
 import numpy as np
 import onnx
-from threadpoolctl import ThreadpoolController
 
 from .ir import Node, TensorSpec
 
@@ -57,12 +55,6 @@ def upcast_float(value: np.ndarray) -> np.ndarray:
 def _is_float_type(onnx_type: Any) -> bool:
     """An ONNX element type the reference computes in float64: one of upcast_float's."""
     return onnx_type is not None and onnx.helper.tensor_dtype_to_np_dtype(int(onnx_type)).name in FLOAT_DTYPES
-
-
-@functools.cache
-def _blas() -> ThreadpoolController:
-    """The BLAS libraries numpy loaded (found once: the search walks the process's libraries)."""
-    return ThreadpoolController()
 
 
 def freeze_attrs(attrs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -135,15 +127,11 @@ class Task:
                      for node in self.nodes)
 
     def reference(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """The subgraph run by the numpy executor in float64 (float inputs upcast), its BLAS on
-        one thread: OpenBLAS's threads spin for ~0.1 s after a call, and a CPU kernel timed next
-        (in this process or the worker beside it) shares the cores with them (a parallel TVM GEMM
-        measured 4.0 ms instead of 0.39 ms right after one float64 matmul on a 2-core host)."""
+        """The subgraph run by the numpy executor in float64 (float inputs upcast)."""
         from .executor import run_nodes
 
         env = {name: upcast_float(value) for name, value in self.constants.items()}
         for name, value in zip(self.input_names, inputs, strict=True):
             env[name] = upcast_float(value)
-        with _blas().limit(limits=1, user_api="blas"):
-            run_nodes(self.reference_nodes, env, self.opset)
+        run_nodes(self.reference_nodes, env, self.opset)
         return [np.asarray(env[name]) for name in self.output_names]

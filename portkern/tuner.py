@@ -23,7 +23,7 @@ from .backends.base import Backend, Candidate, Variant
 from .errors import PortkernError
 from .hwprofile import Target, load_target
 from .ir import Graph
-from .measure import MeasureOptions, device_inputs, time_program
+from .measure import MeasureOptions, device_inputs, one_blas_thread, time_program
 from .models import random_feeds
 from .onnx_import import load_model
 from .pack import Pack, PackEntry, write_pack
@@ -247,6 +247,14 @@ def tune(model: str | Path, *, target: str, out: str | Path | None = None,
 
 def run_tune(model_path: Path, options: TuneOptions, out: Path | None,
              progress: Progress | None = None) -> TuneReport:
+    """The tune, this process's BLAS on one thread throughout (measure.one_blas_thread): its
+    arithmetic between trials runs while the worker times a kernel."""
+    with one_blas_thread():
+        return _run_tune(model_path, options, out, progress)
+
+
+def _run_tune(model_path: Path, options: TuneOptions, out: Path | None,
+              progress: Progress | None = None) -> TuneReport:
     if options.compile_workers < 0:
         raise PortkernError(f"--compile-workers must be 0 or more, not {options.compile_workers}")
     started = time.time()

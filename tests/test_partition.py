@@ -10,9 +10,8 @@ import numpy as np
 import onnx
 from onnx import helper
 import pytest
-from threadpoolctl import threadpool_info
 
-from portkern import executor, synthetic
+from portkern import synthetic
 from portkern.backends import get_backend
 from portkern.executor import run_graph
 from portkern.hwprofile import load_target
@@ -368,26 +367,6 @@ def test_a_cast_to_the_same_dtype_is_no_step_and_alone_no_task() -> None:
     rng = np.random.default_rng(0)
     x_value, y_value = rng.standard_normal((4, 8)), rng.standard_normal((4, 8))
     np.testing.assert_allclose(tasks[0].reference([x_value, y_value])[0], (x_value + y_value) * 0.5, rtol=1e-12)
-
-
-def test_a_reference_runs_its_blas_on_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    """OpenBLAS's threads spin after a call; a reference computed just before a CPU kernel is timed
-    (the gate, then the harness) would leave them on the cores the kernel needs."""
-    seen: list[list[int]] = []
-    real = executor.run_nodes
-
-    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
-        seen.append([lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"])
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(executor, "run_nodes", spy)
-    before = [lib["num_threads"] for lib in threadpool_info()]
-    task = synthetic.gemm_task(64, 64, 64)
-    rng = np.random.default_rng(0)
-    a, b = rng.standard_normal((64, 64)), rng.standard_normal((64, 64))
-    np.testing.assert_allclose(task.reference([a, b])[0], a @ b, rtol=1e-12)
-    assert seen and seen[0] and all(threads == 1 for threads in seen[0])
-    assert [lib["num_threads"] for lib in threadpool_info()] == before  # the caller's threads again
 
 
 def test_shared_intermediates_stop_fusion() -> None:

@@ -356,3 +356,41 @@ def test_whole_model_check_ships_winners_only_if_a_second_look_finds_them_faster
     statuses = [o.status for o in report.outcomes]
     assert any(s.startswith("dropped: the model runs no faster with them") for s in statuses), statuses
     assert not any(s.startswith("kept") for s in statuses) and report.end_to_end["kernels_used"] == 0, statuses
+
+
+def test_kernels_are_timed_with_numpy_blas_on_one_thread(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """OpenBLAS's threads spin ~0.1 s after each call (the gate's float64 reference, its error
+    norms, the sampler between trials): a parallel TVM kernel timed meanwhile measured in 4 ms
+    scheduler ticks on a 2-core host. While a tune runs, this process's BLAS keeps to one thread
+    (and the isolated worker's, for its life: search/worker._serve), and the caller's comes back."""
+    import onnx
+    from onnx import TensorProto, helper
+    from threadpoolctl import threadpool_info
+
+    import portkern
+    import portkern.search.worker as worker
+    from portkern.measure import MeasureOptions
+
+    def blas_threads() -> list[int]:
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+    seen: list[list[int]] = []
+    timed = worker.time_program
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(blas_threads())
+        return timed(*args, **kwargs)
+
+    monkeypatch.setattr(worker, "time_program", spy)
+    graph = helper.make_graph(
+        [helper.make_node("Softmax", ["x"], ["y"], name="softmax", axis=-1)], "softmax",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 128])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 128])])
+    model = tmp_path / "softmax.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    before = blas_threads()
+    assert os.cpu_count() == 1 or max(before) > 1  # numpy's BLAS is threaded here: the limit shows
+    portkern.tune(model, target="cpu", trials=2, per_task_trials=2, min_task_trials=1, isolate=False,
+                  work_dir=tmp_path / "work", measure=MeasureOptions(warmup=1, repeats=3, input_sets=2))
+    assert seen and all(threads == [1] * len(before) for threads in seen)
+    assert blas_threads() == before

@@ -20,7 +20,7 @@ from ..backends.base import Artifact, Backend, Candidate, CompileError
 from ..backends.kernel_module import KernelSourceError
 from ..errors import PortkernError, TargetError
 from ..hwprofile import Target, load_target
-from ..measure import MeasureOptions, time_program
+from ..measure import MeasureOptions, one_blas_thread, time_program
 from ..tasks import Task
 from ..verify import GateOptions, floor_violation, verify
 from .records import TrialRecord
@@ -130,6 +130,11 @@ def _serve(conn: Connection, target_name: str, backend_name: str, scratch: str, 
         return
     backend.compile_launches = not compile_only
     conn.send(("ready", None))
+    with one_blas_thread():  # for the worker's life: it times kernels
+        _serve_jobs(conn, backend)
+
+
+def _serve_jobs(conn: Connection, backend: Backend) -> None:
     while True:
         try:
             job = conn.recv()
