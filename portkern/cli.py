@@ -279,6 +279,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     import onnxruntime as ort
 
+    from .measure import one_blas_thread
     from .runtime import Session, interleaved_latency
 
     session = _session(args)
@@ -290,8 +291,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     reference = Session(session.graph)
     runners["reference executor"] = lambda: reference.run(feeds)
     runners["onnxruntime (CPU)"] = lambda: ort_session.run(None, feeds)
-    rows = interleaved_latency(runners, args.repeats, synchronize=session.backend.synchronize
-                                if session.backend is not None else None)
+    # the reference executor's BLAS on one thread: its threads spin after each call and would
+    # slow whichever runner comes next (onnxruntime, in this order)
+    with one_blas_thread():
+        rows = interleaved_latency(runners, args.repeats, synchronize=session.backend.synchronize
+                                   if session.backend is not None else None)
     if args.json:
         print(json.dumps({"latency_seconds": rows, "repeats": args.repeats}, indent=1))
         return 0

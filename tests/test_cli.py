@@ -110,3 +110,25 @@ def test_profile_on_the_cpu_times_the_baseline_inside_the_model_too(capsys, soft
     (row,) = json.loads(out)
     assert code == 0 and row["baseline_in_model_seconds"] > 0
     assert row["baseline_seconds"] == min(row["baseline_in_model_seconds"], row["baseline"]["median"])
+
+
+def test_bench_times_its_runners_with_numpy_blas_on_one_thread(capsys, softmax_model: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reference executor is numpy: its BLAS threads would spin after each of its runs and slow
+    the runner timed next (onnxruntime), flattering whatever it is compared with."""
+    from threadpoolctl import threadpool_info
+
+    import portkern.runtime
+
+    seen: list[list[int]] = []
+    real = portkern.runtime.interleaved_latency
+
+    def spy(*args, **kwargs):
+        seen.append([lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(portkern.runtime, "interleaved_latency", spy)
+    code, out, _ = _run(capsys, "bench", str(softmax_model), "--shape", "x=4x64", "--repeats", "3", "--json")
+    assert code == 0
+    assert set(json.loads(out)["latency_seconds"]) == {"reference executor", "onnxruntime (CPU)"}
+    assert seen and all(threads and set(threads) == {1} for threads in seen)
