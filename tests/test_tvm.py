@@ -210,6 +210,10 @@ OTHER_KINDS = {
         (3, 5, 80), "float32", [("pow", "in0", 3.0), ("mul", "t0", 0.044715), ("add", "in0", "t1"),
                                 ("tanh", "t2"), ("mul", "in0", "t3")]),
     "elementwise_gelu_tanh": lambda: synthetic.elementwise_task((3, 5, 80), "float32", [("gelu_tanh", "in0")]),
+    # float32's lowest (an attention mask's fill) as the expression writes it, -3.4028235e38: a
+    # double just past float32's range, which TVM refused as a float32 literal
+    "elementwise_float32_lowest": lambda: synthetic.elementwise_task(
+        (4, 70), "float32", [("max", "in0", float(np.finfo(np.float32).min))]),
     # a mask broadcast over batch and heads; 210 elements: no whole 4-lane vectors
     "elementwise_broadcast_where": lambda: synthetic.elementwise_task(
         (2, 3, 7, 5), "float32", [("add", "in0", "in1"), ("where", "in2", "t0", -1e4)],

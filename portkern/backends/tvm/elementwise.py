@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Mapping, Sequence
 
+import numpy as np
 import tvm
 from tvm import s_tir, te
 
@@ -34,7 +35,7 @@ _UNARY: dict[str, Callable[[Any], Any]] = {
     "neg": lambda a: -a, "reciprocal": lambda a: 1.0 / a,
 }
 _POWERS: dict[float, Callable[[Any], Any]] = {2.0: lambda a: a * a, 3.0: lambda a: a * a * a, 0.5: te.sqrt}
-STEPS = frozenset({*_BINARY, *_UNARY, *ACTIVATIONS, "cast", "where"}) - {"none", "relu6", "silu"}
+STEPS = frozenset({*_BINARY, *_UNARY, *ACTIVATIONS, "where"}) - {"none", "relu6", "silu"}
 
 
 def check_expression(task: Task) -> str | None:
@@ -46,11 +47,9 @@ def check_expression(task: Task) -> str | None:
         expected = "bool" if f"in{index}" in conditions else "float32"
         if spec.dtype != expected:
             return f"input in{index} is {spec.dtype}; the elementwise template takes {expected} there"
-    for op, *args in task.attr("expr"):
+    for op, *_ in task.attr("expr"):
         if op not in STEPS:
             return f"expression step {op!r} has no TVM form here"
-        if op == "cast" and args[1] != "float32":
-            return f"cast to {args[1]}: the elementwise template computes float32 only"
     return None
 
 
@@ -110,7 +109,9 @@ def computation(task: Task) -> Computation:
     def tensor(ref: Operand) -> te.Tensor:
         if isinstance(ref, str):
             return values[ref]
-        return te.compute(flat, lambda f: tvm.tirx.const(float(ref), "float32"), name="constant")
+        # the float32 the constant is: its shortest decimal form (the expression's) can lie just
+        # past float32's range as a double (float32's lowest, a mask's fill, reads -3.4028235e38)
+        return te.compute(flat, lambda f: tvm.tirx.const(float(np.float32(ref)), "float32"), name="constant")
 
     steps = [f"t{index}" for index in range(len(task.attr("expr")))]
     for name, (op, *args) in zip(steps, task.attr("expr")):
@@ -141,8 +142,6 @@ def _step(op: str, args: Sequence[Any], tensor: Callable[[Operand], te.Tensor], 
           name: str) -> te.Tensor:
     if op in ACTIVATIONS:
         return ACTIVATIONS[op](tensor(args[0]))
-    if op == "cast":
-        return tensor(args[0])  # float32 to float32 (check_expression refuses the rest)
     if op == "where":
         condition, a, b = (tensor(arg) for arg in args)
         return te.compute(shape, lambda *i: te.if_then_else(condition(*i), a(*i), b(*i)), name=name)
