@@ -321,3 +321,31 @@ def test_float32_tasks_take_tf32_kernels_only_when_the_user_allows() -> None:
     assert kept and all(v.precision != "tf32" for v in offered if v.name in kept)
     assert all(precision_admitted(v, single, allowed) for v in offered)
     assert all(precision_admitted(v, half, strict) for v in triton.variants(half))
+
+
+def test_the_recheck_counts_each_sides_least_disturbed_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A round in which something else held a core (the winner at twice its time) must not decide
+    the recheck, nor turn the spread of the pooled times into 'noise' that hides a real gain."""
+    import portkern.tuner as tuner
+    from portkern.backends.base import Artifact
+
+    task = gemm_task(8, 8, 8)
+    winner, baseline = object(), object()
+    scripted = {id(winner): iter([2e-3, 1e-3, 1e-3]), id(baseline): iter([1.5e-3, 1.5e-3, 1.5e-3])}
+
+    def timed(backend, program, task, measure, inputs=None):  # one round of one side
+        return Measurement([next(scripted[id(program)])] * 5, "scripted")
+
+    class Device:
+        host_memory = False
+
+        def load(self, artifact, task):
+            return winner
+
+    monkeypatch.setattr(tuner, "time_program", timed)
+    monkeypatch.setattr(tuner, "baseline_program", lambda backend, task: (baseline, "scripted baseline"))
+    monkeypatch.setattr(tuner, "device_inputs", lambda backend, task, sets: [[]])
+    result = SearchResult(task=task, best=None, artifact=Artifact(backend="x", variant="v", config={}, source=""))
+    recheck = tuner._confirm_gain(Device(), task, result, MeasureOptions())
+    assert recheck["seconds"] == 1e-3 and recheck["baseline_seconds"] == 1.5e-3
+    assert recheck["noise"] == 0.02 and recheck["gain"]
