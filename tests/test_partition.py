@@ -315,6 +315,15 @@ def test_activation_spellings_share_a_key() -> None:
     assert silu.attr("activation") == "silu"
 
 
+def _assert_is_the_rmsnorm_task(task: Task, rows: int, cols: int) -> None:
+    """The same workload as RMSNorm written plainly, and the same reference values."""
+    plain = synthetic.rmsnorm_task(rows, cols)
+    assert task.key == plain.key
+    rng = np.random.default_rng(0)
+    x_value, gamma = rng.standard_normal((rows, cols)), rng.standard_normal(cols)
+    np.testing.assert_allclose(task.reference([x_value, gamma])[0], plain.reference([x_value, gamma])[0], rtol=1e-12)
+
+
 def test_rmsnorm_reciprocal_spelling() -> None:
     builder = GraphBuilder("rms", "float32")
     x = builder.input("x", (3, 16))
@@ -324,11 +333,7 @@ def test_rmsnorm_reciprocal_spelling() -> None:
     inverse = builder.op("Reciprocal", [std], (3, 1))
     scaled = builder.op("Mul", [x, inverse], (3, 16))
     task = builder.task(builder.op("Mul", [scaled, builder.input("gamma", (16,))], (3, 16)))
-    assert task.key == synthetic.rmsnorm_task(3, 16).key
-    rng = np.random.default_rng(0)
-    x_value, gamma = rng.standard_normal((3, 16)), rng.standard_normal(16)
-    np.testing.assert_allclose(task.reference([x_value, gamma])[0],
-                               synthetic.rmsnorm_task(3, 16).reference([x_value, gamma])[0], rtol=1e-12)
+    _assert_is_the_rmsnorm_task(task, 3, 16)
 
 
 def test_rmsnorm_as_transformers_writes_it() -> None:
@@ -345,11 +350,7 @@ def test_rmsnorm_as_transformers_writes_it() -> None:
     out = builder.op("Mul", [builder.input("gamma", (16,)), cast], (3, 16))
     assert [t.kind for t in partition(builder.graph([out]))] == ["rmsnorm"]
     task = builder.task(out)
-    assert task.key == synthetic.rmsnorm_task(3, 16).key
-    rng = np.random.default_rng(0)
-    x_value, gamma = rng.standard_normal((3, 16)), rng.standard_normal(16)
-    np.testing.assert_allclose(task.reference([x_value, gamma])[0],
-                               synthetic.rmsnorm_task(3, 16).reference([x_value, gamma])[0], rtol=1e-12)
+    _assert_is_the_rmsnorm_task(task, 3, 16)
 
 
 def test_a_cast_to_the_same_dtype_is_no_step_and_alone_no_task() -> None:
