@@ -37,7 +37,7 @@ demo: $(STAMP)
 		--time-budget 240 -o $(DEMO_DIR)/bert.pkpack
 	$(BIN)/portkern inspect $(DEMO_DIR)/bert.pkpack
 	$(BIN)/portkern run $(DEMO_DIR)/bert.onnx --pack $(DEMO_DIR)/bert.pkpack
-	$(BIN)/portkern bench $(DEMO_DIR)/bert.onnx --pack $(DEMO_DIR)/bert.pkpack --repeats 20
+	$(BIN)/portkern bench $(DEMO_DIR)/bert.onnx --pack $(DEMO_DIR)/bert.pkpack --repeats 100
 
 clean-demo:
 	rm -rf $(DEMO_DIR)
