@@ -206,13 +206,17 @@ class _Context:
         node = users[0]
         return node if not op_types or node.op_type in op_types else None
 
+    def is_copy(self, node: Node) -> bool:
+        """An Identity, or a Cast to the dtype its input already has (transformers casts to the
+        input's dtype: softmax's float32 probabilities, LlamaRMSNorm's output, a residual)."""
+        return node.op_type == "Identity" or (
+            node.op_type == "Cast" and self.spec(node.outputs[0]).dtype == self.spec(node.inputs[0]).dtype)
+
     def pass_through(self, value: str) -> tuple[str, list[Node]]:
-        """Follow `value` through sole users that copy it unchanged (Identity, a Cast to the
-        dtype it has: transformers casts softmax's float32 probabilities to the query's dtype,
-        float32 too), so a pattern sees past them; the nodes passed become part of the match."""
+        """Follow `value` through sole users that copy it unchanged (is_copy), so a pattern sees
+        past them; the nodes passed become part of the match."""
         passed: list[Node] = []
-        while (node := self.sole_user(value, "Identity", "Cast")) is not None and (
-                node.op_type == "Identity" or self.spec(node.outputs[0]).dtype == self.spec(value).dtype):
+        while (node := self.sole_user(value, "Identity", "Cast")) is not None and self.is_copy(node):
             passed.append(node)
             value = node.outputs[0]
         return value, passed
@@ -259,10 +263,8 @@ def _node_steps(ctx: _Context, node: Node, refs: dict[str, Any], steps: list[tup
         out = emit(_BINARY_STEPS[op], ref(0), ref(1))
     elif op == "Gelu":
         out = emit("gelu_tanh" if node.attrs.get("approximate", "none") == "tanh" else "gelu", ref(0))
-    elif op == "Cast":
-        dtype = ctx.spec(node.outputs[0]).dtype
-        # a Cast to the dtype the value has is a copy (transformers casts to the input's dtype)
-        out = ref(0) if dtype == ctx.spec(node.inputs[0]).dtype else emit("cast", ref(0), dtype)
+    elif op == "Cast":  # a copy is no step
+        out = ref(0) if ctx.is_copy(node) else emit("cast", ref(0), ctx.spec(node.outputs[0]).dtype)
     elif op == "Where":
         out = emit("where", ref(0), ref(1), ref(2))
     else:  # Clip

@@ -11,11 +11,11 @@ from typing import Any, Mapping
 from ...hwprofile import Target
 from ...tasks import Task
 from .common import Kernel
-from .layernorm import DEFAULT, SPACE, constraints, dims, reduce_lanes, rmsnorm_computation, schedule_norm
+from .layernorm import DEFAULT, SPACE, constraints, reduce_lanes, rmsnorm_computation, schedule_norm
 
 KIND = "rmsnorm"
 PRECISION = "fp32"
-__all__ = ["KIND", "PRECISION", "SPACE", "DEFAULT", "constraints", "dims", "schedule"]
+__all__ = ["KIND", "PRECISION", "SPACE", "DEFAULT", "constraints", "schedule"]
 
 
 def schedule(task: Task, config: Mapping[str, Any], target: Target) -> Kernel:
