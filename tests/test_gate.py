@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from portkern.backends.base import Candidate, Variant
 from portkern.backends.kernel_module import expand_includes, read_header
 from portkern.hwprofile import load_target
 from portkern.measure import MeasureOptions
+from portkern import synthetic
 from portkern.search.worker import IsolatedRunner, TrialJob
 from portkern.synthetic import softmax_task
-from portkern.verify import GateOptions, compare, floor_violation, same_bits
+from portkern.verify import GateOptions, compare, floor_violation, make_inputs, same_bits, tolerance_for
 
 CORPUS = Path(__file__).parent / "gate_corpus"
 FAST_MEASURE = MeasureOptions(warmup=1, repeats=3, input_sets=2)
@@ -144,3 +146,30 @@ def test_an_ill_conditioned_check_is_held_to_the_problems_own_sensitivity() -> N
     assert evidence["rel_l2"] > 1e-5 and "sensitivity" in evidence and evidence["tol"] > 1e-5
     narrow = verify(backend, _attention_program(torch.float16), task, "fp32", gate)
     assert not narrow.passed and "relative L2 error" in narrow.reason
+
+
+def _tf32(x: np.ndarray) -> np.ndarray:
+    """x rounded to tf32 (10 mantissa bits), to nearest, ties away: the hardware's cvt.rna.tf32."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+@pytest.mark.parametrize("distribution", ["normal", "negative", "large"])
+def test_tf32x3_products_meet_the_fp32_tolerance_and_tf32_products_do_not(distribution: str) -> None:
+    """Why the tf32x3 kernels (gemm_tma_tf32x3 & co.) may promise fp32: their arithmetic, emulated
+    here (a = a_hi + a_lo in tf32, a_lo*b_lo dropped, fp32 sums), passes the gate's fp32 check on
+    each of its input distributions at a long K, where one tf32 product (what the tf32 kernels
+    promise) misses it on zero-mean inputs by over an order of magnitude. The interpreter cannot
+    show this: its tl.dot ignores input_precision."""
+    task = synthetic.gemm_task(64, 96, 4096, "float32")
+    a, b = make_inputs(task, seed=5, distribution=distribution)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    a_hi, b_hi = _tf32(a), _tf32(b)
+    a_lo, b_lo = _tf32(a - a_hi), _tf32(b - b_hi)
+    tf32x3 = a_hi @ b_lo + a_lo @ b_hi + a_hi @ b_hi
+    tol = tolerance_for("fp32", task)
+    verdict = compare(tf32x3, ref, tol)
+    assert verdict["passed"] and verdict["rel_l2"] < tol / 5, verdict
+    if distribution == "normal":  # biased inputs (a large mean) hide tf32's rounding in the L2 norm
+        tf32_once = compare(a_hi @ b_hi, ref, tol)
+        assert not tf32_once["passed"] and tf32_once["rel_l2"] > 10 * tol, tf32_once

@@ -47,7 +47,8 @@ TASKS: dict[str, list[Task]] = {
     "attention": [synthetic.attention_task(2, 8, 256, 64, "float16", mask=True, causal=True),
                   synthetic.attention_task(4, 8, 4, 128, "float16", seq_kv=4096, k_transposed=True),
                   synthetic.attention_task(32, 12, 128, 64, "float16", k_transposed=True, mask=True,
-                                           packed_heads=True)],
+                                           packed_heads=True),
+                  synthetic.attention_task(1, 12, 197, 64, "float32", mask=True)],  # ViT's, fp32
     "conv2d": [synthetic.conv2d_task(4, 64, 28, 28, 128, 3, 3, "float16", pad=1, residual=True,
                                      activation="relu"),
                synthetic.conv2d_task(8, 96, 28, 28, 96, 3, 3, "float16", stride=2, pad=1, group=96),

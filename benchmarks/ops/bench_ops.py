@@ -1,7 +1,7 @@
 """Op-level benchmark: portkern's search tunes each shape, then the winner is timed side by side
 with torch eager (cuBLAS / cuDNN / SDPA underneath) and torch.compile, in one run, same inputs.
 
-    python benchmarks/ops/bench_ops.py --suite memory,gemv,gemm,attention --trials 16 --out results.json
+    python benchmarks/ops/bench_ops.py --suite memory,gemv,gemm,attention,fp32 --trials 16 --out results.json
     python benchmarks/ops/bench_ops.py --smoke      # tiny shapes, Triton interpreter: checks the script on a CPU
 
 Every row reports achieved TB/s (memory-bound) or TFLOP/s (compute-bound) and the % of the
@@ -33,7 +33,7 @@ from portkern.search.worker import InProcessRunner
 from portkern.synthetic import attention_task, conv2d_task, gemm_task, layernorm_task, rmsnorm_task, softmax_task
 from portkern.tasks import Task
 from portkern.priors import load_priors
-from portkern.tuner import TaskCatalog
+from portkern.tuner import TaskCatalog, TuneOptions, precision_admitted
 from portkern.verify import GateOptions
 
 
@@ -43,7 +43,8 @@ def suites(smoke: bool) -> dict[str, list[tuple[str, Task]]]:
                 "gemv": [("gemv m1 96x80", gemm_task(1, 96, 80, "float16", trans_b=True))],
                 "gemm": [("gemm 70x60x50", gemm_task(70, 60, 50, "float16"))],
                 "attention": [("attn b1h2s32d16", attention_task(1, 2, 32, 16, "float16"))],
-                "conv": [("conv 3x3 b1 c8 10x10", conv2d_task(1, 8, 10, 10, 16, 3, 3, "float16", pad=1, nhwc=True))]}
+                "conv": [("conv 3x3 b1 c8 10x10", conv2d_task(1, 8, 10, 10, 16, 3, 3, "float16", pad=1, nhwc=True))],
+                "fp32": [("gemm 40x48x32 fp32", gemm_task(40, 48, 32, "float32", trans_b=True))]}
     memory = [("softmax 16384x4096", softmax_task(16384, 4096, "float16")),
               ("layernorm 16384x4096", layernorm_task(16384, 4096, "float16")),
               ("rmsnorm 16384x4096", rmsnorm_task(16384, 4096, "float16"))]
@@ -65,7 +66,11 @@ def suites(smoke: bool) -> dict[str, list[tuple[str, Task]]]:
             for c, oc, hw, kh, stride in ((3, 64, 224, 7, 2), (64, 64, 56, 3, 1), (64, 256, 56, 1, 1),
                                           (256, 64, 56, 1, 1), (128, 128, 28, 3, 1), (256, 256, 14, 3, 1),
                                           (1024, 256, 14, 1, 1), (512, 512, 7, 3, 1), (512, 2048, 7, 1, 1))]
-    return {"memory": memory, "gemv": gemv, "gemm": gemm, "attention": attention, "conv": conv}
+    # float32 at float32 accuracy (TF32 off on both sides): BERT-base's GEMMs and attention
+    fp32 = [*((f"gemm {m}x{n}x{k} fp32", gemm_task(m, n, k, "float32", trans_b=True))
+              for m, n, k in ((4096, 768, 768), (4096, 3072, 768), (4096, 768, 3072))),
+            ("attn b8 h12 s512 d64 fp32", attention_task(8, 12, 512, 64, "float32"))]
+    return {"memory": memory, "gemv": gemv, "gemm": gemm, "attention": attention, "conv": conv, "fp32": fp32}
 
 
 def time_callable(backend: Any, fn: Callable[[list[Any]], Any], sets: list[list[Any]], repeats: int) -> list[float]:
@@ -83,7 +88,7 @@ def rate(task: Task, seconds: float, target: Any) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--suite", default="memory,gemv,gemm,attention,conv")
+    parser.add_argument("--suite", default="memory,gemv,gemm,attention,conv,fp32")
     parser.add_argument("--trials", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--out", default="bench_ops.json")
@@ -119,7 +124,8 @@ def main() -> int:
                 continue
             floor = floor_seconds(task, target)
             started = time.time()
-            variants = backend.variants(task)
+            # a float32 task keeps float32 accuracy, as in a tune without --allow-tf32
+            variants = [v for v in backend.variants(task) if precision_admitted(v, task, TuneOptions(target=target.name))]
             nearest = catalog.nearest(task, log, {v.name: v for v in variants})
             catalog.add(task)
             result = search_workload(

@@ -1,4 +1,5 @@
-# --- included from _attention_core.py: operands and the online-softmax loop ---
+# --- included from _attention_core.py: operands and the online-softmax loop (its module sets DOT_PRECISION) ---
+# include: dot_precision
 LOG2E = 1.4426950408889634
 MAX_HEAD_DIM = 256
 
@@ -71,14 +72,27 @@ class _AttentionProblem:
         scale = float(task.attr("scale", 1.0 / math.sqrt(self.head_dim)))
         self.scale_log2 = scale * LOG2E
         self.flags = {"BLOCK_D": _block_d(self.head_dim), "HAS_MASK": self.has_mask,
-                      "CAUSAL": bool(task.attr("causal", False)), "EVEN_D": _block_d(self.head_dim) == self.head_dim}
+                      "CAUSAL": bool(task.attr("causal", False)), "EVEN_D": _block_d(self.head_dim) == self.head_dim,
+                      "DOT_PRECISION": DOT_PRECISION}
+
+
+@triton.jit
+def _query_tile(q_ptr, b, h, block, S, D, sq_b, sq_h, sq_s, sq_d, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+    """The query block's rows and dims (with their in-range masks) and its q tile, zero past S and D."""
+    rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, BLOCK_D)
+    row_ok = rows < S
+    dim_ok = dims < D
+    q = tl.load(q_ptr + b * sq_b + h * sq_h + rows[:, None] * sq_s + dims[None, :] * sq_d,
+                mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
+    return rows, dims, row_ok, dim_ok, q
 
 
 @triton.jit
 def _attend(q, k_base, v_base, m_base, first_row, rows, row_ok, dims, dim_ok, key_lo, key_hi, S, SK, scale_log2,
             sk_s, sk_d, sv_s, sv_d, sm_s, sm_k, kv_descs, b, h, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
             BLOCK_D: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
-            TMA: tl.constexpr, K_TRANSPOSED: tl.constexpr):
+            TMA: tl.constexpr, K_TRANSPOSED: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """Online softmax of q against keys [key_lo, key_hi): the unnormalised output, running max
     (log2 units) and running sum. Causal is bottom-right aligned: key j is visible to query i when
     j <= i + SK - S (as partition.py recognises it). The whole key blocks that every row of the
@@ -95,17 +109,17 @@ def _attend(q, k_base, v_base, m_base, first_row, rows, row_ok, dims, dim_ok, ke
     acc, row_max, row_sum = _attend_keys(acc, row_max, row_sum, q, k_base, v_base, m_base, rows, row_ok, dims,
                                          dim_ok, key_lo, unmasked_end, S, SK, scale_log2, sk_s, sk_d, sv_s,
                                          sv_d, sm_s, sm_k, kv_descs, b, h, BLOCK_N, BLOCK_D, HAS_MASK, CAUSAL,
-                                         EVEN_D, False, TMA, K_TRANSPOSED)
+                                         EVEN_D, False, TMA, K_TRANSPOSED, DOT_PRECISION)
     return _attend_keys(acc, row_max, row_sum, q, k_base, v_base, m_base, rows, row_ok, dims, dim_ok,
                         unmasked_end, key_hi, S, SK, scale_log2, sk_s, sk_d, sv_s, sv_d, sm_s, sm_k, kv_descs, b,
-                        h, BLOCK_N, BLOCK_D, HAS_MASK, CAUSAL, EVEN_D, True, TMA, K_TRANSPOSED)
+                        h, BLOCK_N, BLOCK_D, HAS_MASK, CAUSAL, EVEN_D, True, TMA, K_TRANSPOSED, DOT_PRECISION)
 
 
 @triton.jit
 def _attend_keys(acc, row_max, row_sum, q, k_base, v_base, m_base, rows, row_ok, dims, dim_ok, key_lo, key_hi,
                  S, SK, scale_log2, sk_s, sk_d, sv_s, sv_d, sm_s, sm_k, kv_descs, b, h, BLOCK_N: tl.constexpr,
                  BLOCK_D: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
-                 MASKED: tl.constexpr, TMA: tl.constexpr, K_TRANSPOSED: tl.constexpr):
+                 MASKED: tl.constexpr, TMA: tl.constexpr, K_TRANSPOSED: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """The online-softmax steps over keys [key_lo, key_hi). MASKED=False promises whole blocks
     that every row sees: the loads drop their key masks (and dim masks when D fills the tile)."""
     for start in range(key_lo, key_hi, BLOCK_N):
@@ -129,7 +143,7 @@ def _attend_keys(acc, row_max, row_sum, q, k_base, v_base, m_base, rows, row_ok,
         else:
             k_t = tl.load(k_ptrs, mask=dim_ok[:, None], other=0.0)
             v = tl.load(v_ptrs, mask=dim_ok[None, :], other=0.0)
-        scores = tl.dot(q, k_t, input_precision="ieee") * scale_log2
+        scores = tl.dot(q, k_t, input_precision=DOT_PRECISION) * scale_log2
         if HAS_MASK:
             bias_ptrs = m_base + rows[:, None] * sm_s + cols[None, :] * sm_k
             if MASKED:
@@ -147,7 +161,7 @@ def _attend_keys(acc, row_max, row_sum, q, k_base, v_base, m_base, rows, row_ok,
         probs = tl.exp2(scores - shift[:, None])
         rescale = tl.exp2(row_max - shift)
         row_sum = row_sum * rescale + tl.sum(probs, axis=1)
-        acc = acc * rescale[:, None] + tl.dot(probs.to(v.dtype), v, input_precision="ieee")
+        acc = acc * rescale[:, None] + tl.dot(probs.to(v.dtype), v, input_precision=DOT_PRECISION)
         row_max = new_max
     return acc, row_max, row_sum
 

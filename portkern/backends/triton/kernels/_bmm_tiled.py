@@ -30,10 +30,8 @@ def _batch_stride(t, out_batch, what):
 
 
 def constraints(task, config, target):
-    if DOT_PRECISION == "tf32" and task.dtype != "float32":
-        return "tf32 applies to float32 inputs only"
     out_batch = _batch(task.outputs[0].shape)
-    return (_operand_batch_problem(task.inputs[0].shape, out_batch, "a")
+    return (_dot_precision_problem(task, target) or _operand_batch_problem(task.inputs[0].shape, out_batch, "a")
             or _operand_batch_problem(task.inputs[1].shape, out_batch, "b")
             or _accumulator_problem(config["BLOCK_M"], config["BLOCK_N"], config["num_warps"], target))
 

@@ -1,5 +1,6 @@
 # --- included from _gemm_common.py: GEMM operands, tile order, main loop, fused epilogue ---
 # include: activation
+# include: dot_precision
 
 
 def _row_strides(t, what):

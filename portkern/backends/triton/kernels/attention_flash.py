@@ -15,84 +15,8 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-# include: attention_core
-# include: tma_rules
-
 KIND = "attention"
 PRECISION = "fp32"
-SPACE = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64, 128], "TMA": [False, True], "num_warps": [2, 4, 8],
-         "num_stages": [1, 2, 3, 4]}
-DEFAULT = {"BLOCK_M": 64, "BLOCK_N": 32, "TMA": False, "num_warps": 4, "num_stages": 2}
+DOT_PRECISION = "ieee"
 
-
-def _tma_kv_problem(task, target):
-    """Why K and V cannot be read through TMA descriptors, or None: TMA needs sm_90, each buffer's
-    last axis the one the kernel reads contiguously (d, or s of a transposed K), and its rows
-    16-byte aligned."""
-    problem = _tma_arch_problem(target)
-    if problem:
-        return problem
-    for index, name in ((1, "k"), (2, "v")):
-        spec = task.inputs[index]
-        if _perm(task, index)[3] != 3:
-            return f"TMA: {name}'s buffer is not read along its last axis"
-        if not _row_aligned(spec.shape[-1], spec.dtype):
-            return f"TMA: rows of {name} ({spec.shape[-1]} x {spec.dtype}) are not {_ROW_BYTES}-byte aligned"
-    return None
-
-
-def _kv_descriptors(p, block_n):
-    """4-D descriptors over K and V as the kernel reads them, (B, H, S, D) or K's (B, H, D, S)."""
-    k, v = p.tensors[1], p.tensors[2]
-    block_d = p.flags["BLOCK_D"]
-    k_block = [1, 1, block_d, block_n] if p.k_transposed else [1, 1, block_n, block_d]
-    return (TensorDescriptor(k, list(k.shape), list(k.stride()), k_block),
-            TensorDescriptor(v, list(v.shape), list(v.stride()), [1, 1, block_n, block_d]))
-
-
-def constraints(task, config, target):
-    return (_head_dim_problem(task) or (config["TMA"] and _tma_kv_problem(task, target))
-            or _register_problem(task, config, target) or None)
-
-
-def shared_memory(task, config):
-    return _attention_shared_memory(task, config)
-
-
-@triton.jit
-def _flash_attention(q_ptr, k_ptr, v_ptr, k_desc, v_desc, mask_ptr, o_ptr, H, S, SK, D, scale_log2,
-                     sq_b, sq_h, sq_s, sq_d, sk_b, sk_h, sk_s, sk_d, sv_b, sv_h, sv_s, sv_d,
-                     sm_b, sm_h, sm_s, sm_k, so_b, so_h, so_s, so_d,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                     HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, TMA: tl.constexpr,
-                     K_TRANSPOSED: tl.constexpr):
-    block = tl.program_id(0)
-    b32 = tl.program_id(1) // H
-    b = b32.to(tl.int64)
-    h = tl.program_id(1) % H
-    rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
-    dims = tl.arange(0, BLOCK_D)
-    row_ok = rows < S
-    dim_ok = dims < D
-    q = tl.load(q_ptr + b * sq_b + h * sq_h + rows[:, None] * sq_s + dims[None, :] * sq_d,
-                mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
-    acc, row_max, row_sum = _attend(q, k_ptr + b * sk_b + h * sk_h, v_ptr + b * sv_b + h * sv_h,
-                                    mask_ptr + b * sm_b + h * sm_h, block * BLOCK_M, rows, row_ok, dims,
-                                    dim_ok, 0, _causal_end(block, SK, S, BLOCK_M, CAUSAL), S, SK, scale_log2,
-                                    sk_s, sk_d, sv_s, sv_d, sm_s, sm_k, (k_desc, v_desc), b32, h, BLOCK_M,
-                                    BLOCK_N, BLOCK_D, HAS_MASK, CAUSAL, EVEN_D, TMA, K_TRANSPOSED)
-    out = acc / row_sum[:, None]
-    tl.store(o_ptr + b * so_b + h * so_h + rows[:, None] * so_s + dims[None, :] * so_d,
-             out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & dim_ok[None, :])
-
-
-def launch(task, config, inputs, outputs):
-    p = _AttentionProblem(task, inputs, outputs)
-    out = p.out
-    grid = (triton.cdiv(p.seq, config["BLOCK_M"]), p.batch * p.heads)
-    # without TMA the descriptor slots take a placeholder pointer the kernel never reads
-    k_desc, v_desc = _kv_descriptors(p, config["BLOCK_N"]) if config["TMA"] else p.tensors[1:3]
-    _flash_attention[grid](*p.tensors[:3], k_desc, v_desc, p.mask, out, p.heads, p.seq, p.seq_kv, p.head_dim,
-                           p.scale_log2, *p.strides, *out.stride(), BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"],
-                           **p.flags, TMA=config["TMA"], K_TRANSPOSED=p.k_transposed,
-                           num_warps=config["num_warps"], num_stages=config["num_stages"])
+# include: attention_flash

@@ -14,18 +14,8 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-# include: gemm_tma
-
 KIND = "gemm"
 PRECISION = "fp32"
+DOT_PRECISION = "ieee"
 
-
-def constraints(task, config, target):
-    return (_tma_problem(task, target) or _sms_problem(config, target) or _store_problem(task, config)
-            or _residual_problem(task)
-            or _accumulator_problem(config["BLOCK_M"], config["BLOCK_N"], config["num_warps"], target))
-
-
-def launch(task, config, inputs, outputs):
-    p = _GemmProblem(task, inputs, outputs)
-    _launch_tma(task, config, p, inputs[0], p.stride_a, inputs[1], _stored_b_strides(task, p), outputs[0])
+# include: gemm_tma_inplace

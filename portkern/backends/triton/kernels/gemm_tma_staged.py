@@ -18,6 +18,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 KIND = "gemm"
 PRECISION = "fp32"
+DOT_PRECISION = "ieee"
 COPY_ROWS, COPY_COLS = 8, 256  # one copy program's tile
 
 
@@ -40,8 +41,7 @@ def constraints(task, config, target):
         return problem
     if not _misaligned_rows(task):
         return "the operands' rows are 16-byte aligned already: gemm_tma reads them without a copy"
-    return (_sms_problem(config, target) or _store_problem(task, config) or _residual_problem(task)
-            or _accumulator_problem(config["BLOCK_M"], config["BLOCK_N"], config["num_warps"], target))
+    return _tma_config_problem(task, config, target)
 
 
 def scratch(task, config):
