@@ -64,7 +64,8 @@ def _parser() -> argparse.ArgumentParser:
                       help="processes that compile candidates ahead of the measuring worker (they launch nothing)")
     tune.add_argument("--allow-tf32", action="store_true",
                       help="float32 tasks may take kernels that multiply in TF32 (verified at TF32 tolerances; "
-                           "the baselines they are compared with stay IEEE float32)")
+                           "the baselines they are compared with stay IEEE float32). Without it they still get "
+                           "tensor cores through tf32x3 kernels, which keep float32 accuracy")
     tune.add_argument("--no-priors", action="store_true",
                       help="do not seed studies with the configurations the target's priors file measured best")
     tune.add_argument("--seed", type=int, default=0)

@@ -330,12 +330,18 @@ def test_buffers_round_trip_and_copy_in_place() -> None:
     assert poisoned.dtype == np.float16 and np.isnan(poisoned).all()
 
 
-def test_grid_benchmark_parses_and_plans_without_a_gpu(capsys: pytest.CaptureFixture[str]) -> None:
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "ops" / "grid_matrix.py"
-    spec = importlib.util.spec_from_file_location("grid_matrix", script)
+def _ops_script(name: str) -> Any:
+    """A benchmarks/ops script as a module (the folder is not a package)."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "ops" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, script)
     assert spec is not None and spec.loader is not None
-    grid = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(grid)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_grid_benchmark_parses_and_plans_without_a_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    grid = _ops_script("grid_matrix")
     ops = "gemm:8x256x512:trans_b+bias+gelu,attention:1x2x4x64:causal,conv2d:1x8x9x9x16x3x3:pad=1+stride=2"
     assert grid.main(["--dry-run", "--configs", "2", "--dtype", "float32", "--ops", ops]) == 0
     plan = capsys.readouterr().out
@@ -344,6 +350,21 @@ def test_grid_benchmark_parses_and_plans_without_a_gpu(capsys: pytest.CaptureFix
     assert labels[0] == "gemm:8x256x512:trans_b+bias+gelu float16"
     with pytest.raises(SystemExit, match="takes 3 sizes"):
         grid.parse_ops("gemm:8x8", "float16")
+
+
+def test_sass_loop_model_finds_attentions_key_loops() -> None:
+    """The SASS model finds attention_flash's two key loops (whole blocks, then masked ones) and
+    charges each iteration exactly its two products: 64x64x128 + 64x128x64 MACs for one warpgroup
+    at 2048 fp16 MACs a clock is 512 cycles; the masked loop issues more instructions."""
+    mix = _ops_script("sass_loop_mix")
+    variant, task = SERVED["attention_flash"][0], synthetic.attention_task(2, 4, 256, 128, "float16", causal=True)
+    config = {**variant.default, "BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "TMA": True}
+    kernel = compile_for(Candidate.of(variant, config), task, "sm_90")["kernels"][0]
+    loops = [mix.loop_model(body, 4, programs=1) for body in mix.hgmma_loops(mix.sass(kernel["asm"]["cubin"]))]
+    assert [loop["tensor_cycles"] for loop in loops] == [512, 512]
+    whole, masked = loops
+    assert masked["instructions"] > whole["instructions"] and whole["opcodes"]["MUFU.EX2"] >= 32
+    assert 0 < whole["tensor_share_bound"] < 1 and whole["tensor_share_if_overlapped"] >= whole["tensor_share_bound"]
 
 
 def test_time_once_and_fingerprint() -> None:
