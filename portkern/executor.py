@@ -1049,7 +1049,7 @@ def _conv_transpose(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
 # --------------------------------------------------------------------------- pooling
 
 class _PoolGeometry(NamedTuple):
-    kernel: list[int]
+    kernel: list[int]  # taps a window has, cut to the padded input (a larger kernel reads only ceil room)
     strides: list[int]
     dilations: list[int]
     begins: list[int]  # explicit (or auto_pad) pads
@@ -1068,7 +1068,7 @@ def _pool_geometry(node: Node, x: np.ndarray) -> _PoolGeometry:
     dilations = _ints(_attr(node, "dilations", [1] * rank))
     pads = _explicit_pads(node, x.shape[2:], kernel, strides, dilations)
     begins, ends = pads[:rank], pads[rank:]
-    out_shape, extra = [], []
+    out_shape, extra, taps = [], [], []
     for size, k, s, d, b, e in zip(x.shape[2:], kernel, strides, dilations, begins, ends):
         span = size + b + e - ((k - 1) * d + 1)
         out = span // s + 1
@@ -1076,9 +1076,13 @@ def _pool_geometry(node: Node, x: np.ndarray) -> _PoolGeometry:
             out = -(-span // s) + 1
             if (out - 1) * s >= size + b:  # a last window that starts in the end padding: drop
                 out -= 1
+        # taps past the padded input only ever see the ceil room (not counted, never the max), so
+        # a window is cut to those that fit: HF EfficientNet pools 7x7 maps with a 2560x2560 kernel
+        k = min(k, (size + b + e - 1) // d + 1)
         out_shape.append(out)
+        taps.append(k)
         extra.append(max((out - 1) * s + (k - 1) * d + 1 - (size + b + e), 0))
-    return _PoolGeometry(kernel, strides, dilations, begins, ends, extra, out_shape)
+    return _PoolGeometry(taps, strides, dilations, begins, ends, extra, out_shape)
 
 
 @_register("MaxPool", "AveragePool", "LpPool")

@@ -238,3 +238,30 @@ def test_erf_matches_libm_to_rounding() -> None:
     assert rel.max() < 2e-15
     assert list(_erf(np.array([np.inf, -np.inf]))) == [1.0, -1.0] and np.isnan(_erf(np.array([np.nan]))[0])
     assert _erf(np.ones(3, np.float16)).dtype == np.float16
+
+
+@pytest.mark.parametrize("op, attrs", [
+    ("AveragePool", {"count_include_pad": 0}),
+    ("AveragePool", {"count_include_pad": 1, "pads": [1, 0, 0, 2]}),
+    ("MaxPool", {"pads": [0, 1, 1, 0]}),
+])
+def test_pool_with_a_kernel_far_past_its_input_matches_onnxruntime(op: str, attrs: dict[str, object]) -> None:
+    """HF EfficientNet's pooler is AvgPool2d(2560, ceil_mode=True) over a 7x7 map: a window of
+    100000 taps here must read only the padded input (padding to the whole window would need
+    10^11 elements), and give onnxruntime's answer."""
+    import onnxruntime as ort
+
+    x = np.random.default_rng(3).standard_normal((1, 3, 7, 5)).astype(np.float32)
+    node = onnx.helper.make_node(op, ["x"], ["y"], kernel_shape=[100000, 100000], strides=[100000, 100000],
+                                 ceil_mode=1, **attrs)
+    graph = onnx.helper.make_graph([node], "pool", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT,
+                                                                                       x.shape)],
+                                   [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    env = {"x": x}
+    run_nodes([Node("pool", op, ["x"], ["y"], {"kernel_shape": [100000, 100000], "strides": [100000, 100000],
+                                               "ceil_mode": 1, **attrs})], env, 17)
+    assert env["y"].shape == expected.shape == (1, 3, 1, 1)
+    np.testing.assert_allclose(env["y"], expected, rtol=1e-5, atol=1e-6)

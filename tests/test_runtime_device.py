@@ -153,6 +153,12 @@ def _cases() -> list[Any]:
          {"kernel_shape": [2, 3], "strides": [1, 2], "pads": [0, 1, 1, 1], "ceil_mode": 1},
          {"x": x4}, {}, 1, 17, 1e-5),
         ("globalaveragepool", "GlobalAveragePool", {}, {"x": x4}, {}, 1, 17, 1e-5),
+        # HF EfficientNet's pooler: a window far past the input (only the padded input is read)
+        ("averagepool-kernel-past-input", "AveragePool",
+         {"kernel_shape": [100000, 100000], "strides": [100000, 100000], "pads": [1, 0, 0, 1], "ceil_mode": 1,
+          "count_include_pad": 1}, {"x": x4}, {}, 1, 17, 1e-5),
+        ("maxpool-kernel-past-input", "MaxPool", {"kernel_shape": [100000, 3], "strides": [100000, 2], "ceil_mode": 1},
+         {"x": x4}, {}, 1, 17, 0),
         # the channels-last graph's ops (layout.py): NHWC data, OHWI weights
         ("nhwc-conv-groups", "NhwcConv", {"pads": [1, 0, 2, 1], "strides": [2, 1], "dilations": [1, 2], "group": 2},
          {"x": nhwc}, {"w": _f32(rng, 6, 3, 2, 2), "b": _f32(rng, 6)}, 1, 17, 1e-5),
