@@ -474,19 +474,57 @@ def _is_causal(mask: np.ndarray, s: int, sk: int) -> bool:
     return bool(np.all(plane[allowed] == 0.0) and np.all(plane[~allowed] <= _CAUSAL_MASKED_AT_MOST))
 
 
+def _merged_heads(ctx: _Context, value: str, consumer: Node) -> tuple[str, Node] | None:
+    """A 3-D (B*H, X, Y) operand made by a Reshape of a 4-D (B, H, X, Y) value (BLOOM's and
+    DeBERTa's attention multiply heads merged into the batch): that value and the Reshape."""
+    reshape = ctx.producer.get(value)
+    if reshape is None or reshape.op_type != "Reshape" or id(reshape) in ctx.claimed \
+            or ctx.sole_user(value) is not consumer:
+        return None
+    four, three = ctx.shape(reshape.inputs[0]), ctx.shape(value)
+    if len(four) != 4 or len(three) != 3 or four[0] * four[1] != three[0] or four[2:] != three[1:]:
+        return None
+    return reshape.inputs[0], reshape
+
+
+def _masked_where(ctx: _Context, node: Node, value: str) -> np.ndarray | None:
+    """Where a masked fill (Where(cond, fill, value) or Where(cond, value, fill), cond constant,
+    fill a scalar at most _CAUSAL_MASKED_AT_MOST) hides scores: True there; None for other Wheres."""
+    cond, first, second = node.inputs
+    if value not in (first, second) or first == second or cond not in ctx.graph.constants:
+        return None
+    fill = ctx.exact_scalar(second if first == value else first)
+    if fill is None or fill > _CAUSAL_MASKED_AT_MOST:
+        return None
+    masked = ctx.graph.constants[cond].astype(bool)
+    return masked if second == value else ~masked
+
+
 def _match_attention(ctx: _Context, scores_mm: Node) -> _Match | None:
+    """softmax(q k^T * scale + mask) v over (B, H, S, D) operands, or over (B*H, S, D) ones that
+    Reshapes merge from and split back to (B, H, ...): those Reshapes are views inside the task."""
     q_in, kt_in = scores_mm.inputs
-    if len(ctx.shape(q_in)) != 4 or len(ctx.shape(kt_in)) != 4:
+    rank = len(ctx.shape(q_in))
+    if rank not in (3, 4) or len(ctx.shape(kt_in)) != rank:
         return None
     q, q_scale, _, q_nodes = _peel_operand(ctx, q_in, scores_mm, allow_transpose=False)
     k, k_scale, k_swapped, k_nodes = _peel_operand(ctx, kt_in, scores_mm, allow_transpose=True)
+    q_user = q_nodes[-1] if q_nodes else scores_mm
+    k_user = k_nodes[-1] if k_nodes else scores_mm
+    if rank == 3:
+        q_lift, k_lift = _merged_heads(ctx, q, q_user), _merged_heads(ctx, k, k_user)
+        if q_lift is None or k_lift is None:
+            return None
+        (q, q_user), (k, k_user) = q_lift, k_lift
+        q_nodes, k_nodes = q_nodes + [q_user], k_nodes + [k_user]
     scale = q_scale * k_scale
     nodes = [scores_mm]
     cur = scores_mm.outputs[0]
-    b, h, s, d = ctx.shape(q_in)
-    sk = ctx.shape(kt_in)[3]
+    b, h, s, d = ctx.shape(q)
+    sk = ctx.shape(kt_in)[-1]
     scores_shape = (b, h, s, sk)
-    if ctx.shape(cur) != scores_shape:
+    merged_shape = (b * h, s, sk)
+    if ctx.shape(cur) not in (scores_shape, merged_shape):
         return None
     while (node := ctx.sole_user(cur, "Mul", "Div")) is not None:
         factor = ctx.exact_scalar(ctx.other_input(node, cur) or "")
@@ -497,55 +535,84 @@ def _match_attention(ctx: _Context, scores_mm: Node) -> _Match | None:
         cur = node.outputs[0]
     mask = None
     causal = False
-    while (node := ctx.sole_user(cur, *_ADDS)) is not None:
-        other = ctx.other_input(node, cur)
-        if other is None or other == cur or ctx.shape(node.outputs[0]) != scores_shape:
+    while (node := ctx.sole_user(cur, *_ADDS, "Where", "Reshape")) is not None:
+        shape = ctx.shape(cur)
+        if ctx.shape(node.outputs[0]) not in (scores_shape, merged_shape):
             break
-        constant = ctx.graph.constants.get(other)
-        if not causal and constant is not None and _is_causal(constant, s, sk):
-            causal = True
-        elif mask is None and ctx.scalar(other) is None:
-            mask = other
+        if node.op_type == "Reshape":  # between the merged and the (B, H) view of the scores
+            if ctx.shape(node.outputs[0]) == shape:
+                break
+        elif node.op_type == "Where":
+            masked = _masked_where(ctx, node, cur)
+            if masked is None or ctx.shape(node.outputs[0]) != shape:
+                break
+            if masked.any():  # all False: the fill never lands
+                if causal or not _is_causal(np.where(masked, -np.inf, 0.0), s, sk):
+                    break
+                causal = True
         else:
-            break
+            other = ctx.other_input(node, cur)
+            if other is None or other == cur or ctx.shape(node.outputs[0]) != shape:
+                break
+            constant = ctx.graph.constants.get(other)
+            other_shape = ctx.shape(other)
+            if not causal and constant is not None and _is_causal(constant, s, sk):
+                causal = True
+            elif mask is None and ctx.scalar(other) is None and (
+                    shape == scores_shape or len(other_shape) < 3 or other_shape[-3] == 1 or b == 1):
+                # a mask added to merged scores broadcasts the same over (B, H, S, Sk) when it has
+                # no batch*head axis, or when the batch is 1
+                mask = other
+            else:
+                break
         nodes.append(node)
         cur = node.outputs[0]
     softmax = ctx.sole_user(cur, "Softmax")
     if softmax is None or not _is_last_axis_softmax(ctx, softmax):
         return None
     probs, passed = ctx.pass_through(softmax.outputs[0])
+    merge = ctx.sole_user(probs, "Reshape")
+    if rank == 3 and merge is not None and ctx.shape(merge.outputs[0]) == merged_shape:
+        passed.append(merge)
+        probs = merge.outputs[0]
     out_mm = ctx.sole_user(probs, "MatMul")
-    if out_mm is None or out_mm.inputs[0] != probs:
+    if out_mm is None or out_mm.inputs[0] != probs or len(ctx.shape(probs)) != rank:
         return None
-    v = out_mm.inputs[1]
+    v, v_user, out = out_mm.inputs[1], out_mm, out_mm.outputs[0]
+    tail: list[Node] = []
+    if rank == 3:
+        v_lift = _merged_heads(ctx, v, out_mm)
+        split = ctx.sole_user(out, "Reshape")
+        if v_lift is None or split is None or ctx.shape(split.outputs[0]) != (b, h, s, d):
+            return None
+        v, v_user = v_lift
+        tail, out = [v_user, split], split.outputs[0]
     k_shape = (b, h, sk, d) if k_swapped else (b, h, d, sk)
     if ctx.shape(k) != k_shape or ctx.shape(v) != (b, h, sk, d):
         return None
-    nodes += [softmax, *passed, out_mm]
+    nodes += [softmax, *passed, out_mm, *tail]
     attrs = {"scale": canonical_float(scale), "k_transposed": not k_swapped, "mask": mask is not None,
              "causal": causal}
-    out = out_mm.outputs[0]
     if ctx.fold_attention_transposes:
         perms: list[tuple[int, ...]] = []
         operands = []
-        for operand, consumer in ((q, q_nodes[-1] if q_nodes else scores_mm),
-                                  (k, k_nodes[-1] if k_nodes else scores_mm), (v, out_mm)):
-            split = ctx.producer.get(operand)
-            if split is not None and split.op_type == "Transpose" and id(split) not in ctx.claimed \
+        for operand, consumer in ((q, q_user), (k, k_user), (v, v_user)):
+            split_heads = ctx.producer.get(operand)
+            if split_heads is not None and split_heads.op_type == "Transpose" and id(split_heads) not in ctx.claimed \
                     and ctx.sole_user(operand) is consumer:
-                nodes.append(split)
-                perms.append(_transpose_perm(ctx, split))
-                operand = split.inputs[0]
+                nodes.append(split_heads)
+                perms.append(_transpose_perm(ctx, split_heads))
+                operand = split_heads.inputs[0]
             else:
                 perms.append(())
             operands.append(operand)
         q, k, v = operands
-        merge = ctx.sole_user(out, "Transpose")
-        if merge is not None:
-            nodes.append(merge)
+        merge_heads = ctx.sole_user(out, "Transpose")
+        if merge_heads is not None:
+            nodes.append(merge_heads)
             # the output buffer's way back to the (B, H, S, D) the kernel computes
-            perms.append(tuple(int(axis) for axis in np.argsort(_transpose_perm(ctx, merge))))
-            out = merge.outputs[0]
+            perms.append(tuple(int(axis) for axis in np.argsort(_transpose_perm(ctx, merge_heads))))
+            out = merge_heads.outputs[0]
         else:
             perms.append(())
         if any(perms):

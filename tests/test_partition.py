@@ -278,6 +278,61 @@ def test_attention_sees_past_a_cast_that_keeps_the_dtype(cast_to: str) -> None:
         assert "attention" not in kinds
 
 
+def _merged_heads_attention(builder: GraphBuilder, b: int, h: int, s: int, d: int, bias_shape: tuple[int, ...],
+                            causal_where: bool) -> str:
+    """BLOOM's and DeBERTa's spelling: heads merged into the batch by Reshapes, the scores scaled,
+    an additive bias (ALiBi) on the merged scores, a masked fill by Where on the (B, H) view."""
+    def reshape(value: str, shape: tuple[int, ...]) -> str:
+        return builder.op("Reshape", [value, builder.constant(np.array(shape, np.int64), "int64")], shape)
+
+    q3 = reshape(builder.input("q", (b, h, s, d)), (b * h, s, d))
+    k3 = reshape(builder.input("k", (b, h, s, d)), (b * h, s, d))
+    v3 = reshape(builder.input("v", (b, h, s, d)), (b * h, s, d))
+    kt = builder.op("Transpose", [k3], (b * h, d, s), perm=[0, 2, 1])
+    scores = builder.op("MatMul", [q3, kt], (b * h, s, s))
+    scores = builder.op("Mul", [scores, builder.constant(np.float32(1 / math.sqrt(d)))], (b * h, s, s))
+    scores = builder.op("Add", [scores, builder.input("bias", bias_shape)], (b * h, s, s))
+    scores = reshape(scores, (b, h, s, s))
+    hidden = np.triu(np.ones((s, s), bool), 1) if causal_where else np.zeros((1, 1, s, s), bool)
+    lowest = builder.constant(np.float32(np.finfo(np.float32).min))
+    scores = builder.op("Where", [builder.constant(hidden, "bool"), lowest, scores], (b, h, s, s))
+    probs = reshape(builder.op("Softmax", [scores], (b, h, s, s), axis=-1), (b * h, s, s))
+    return reshape(builder.op("MatMul", [probs, v3], (b * h, s, d)), (b, h, s, d))
+
+
+@pytest.mark.parametrize("causal_where", [True, False])
+def test_attention_with_heads_merged_into_the_batch(causal_where: bool) -> None:
+    """The merged-heads form is one attention task over the (B, H, S, D) values: the Reshapes are
+    views, the bias on the merged scores is its mask, a Where that hides the future is causal (one
+    that hides nothing is dropped), and its reference is the graph's own computation."""
+    b, h, s, d = 1, 3, 7, 8
+    builder = GraphBuilder("merged_heads", "float32")
+    out = _merged_heads_attention(builder, b, h, s, d, (b * h, 1, s), causal_where)
+    task = builder.task(out)
+    assert task.kind == "attention" and task.input_names == ("q", "k", "v", "bias")
+    assert task.attr("causal") == causal_where and task.attr("mask") and not task.attr("k_transposed")
+    rng = np.random.default_rng(0)
+    q, k, v, bias = (rng.standard_normal(spec.shape) for spec in task.inputs)
+    scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(d) + bias.reshape(b, h, 1, s)
+    if causal_where:
+        scores = np.where(np.triu(np.ones((s, s), bool), 1), -np.inf, scores)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    want = (probs / probs.sum(-1, keepdims=True)) @ v
+    np.testing.assert_allclose(task.reference([q, k, v, bias])[0], want, rtol=1e-6, atol=1e-7)  # float32 scale
+
+
+def test_a_merged_scores_bias_that_differs_per_batch_is_not_folded() -> None:
+    """With B > 1, a bias over the merged (B*H) axis would broadcast differently over (B, H, S, Sk):
+    no attention task (its parts are tasks of their own)."""
+    b, h, s, d = 2, 3, 7, 8
+    builder = GraphBuilder("merged_heads_batch", "float32")
+    out = _merged_heads_attention(builder, b, h, s, d, (b * h, 1, s), causal_where=False)
+    assert "attention" not in [task.kind for task in partition(builder.graph([out]))]
+    builder = GraphBuilder("merged_heads_batch_shared_bias", "float32")
+    out = _merged_heads_attention(builder, b, h, s, d, (1, 1, s), causal_where=False)
+    assert [task.kind for task in partition(builder.graph([out]))] == ["attention"]
+
+
 def test_a_written_out_activation_is_its_one_step() -> None:
     """GPT-2's export spells GELU (tanh form) in eight ops: the elementwise task is the activation
     itself, the same task as ONNX's Gelu op, and still computes what the eight ops compute."""
