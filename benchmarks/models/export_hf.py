@@ -13,6 +13,13 @@ key/value heads, 1x64 tokens (RMSNorm written out, rotary embeddings, SiLU-gated
 WhisperModel's encoder, 2 layers, 192 wide, 80 mel bins x 3000 frames (two Conv1d, GELU).
 swin: SwinModel, depths 2-2, 48 wide, 224 px (windowed attention with a relative position bias,
 shifted windows, patch merging). distilbert: DistilBertModel, 2 layers, 256 wide, 1x128 tokens.
+clip_text: CLIPTextModel, 2 layers, 256 wide, 1x77 tokens (causal, quick GELU). efficientnet:
+EfficientNetModel at B0's width and depth (depthwise convs, SiLU, squeeze-excite; its pooler is
+AvgPool2d(1280, ceil_mode=True) over a 7x7 map). deberta: DebertaV2Model, 2 layers, 256 wide, 1x128
+tokens (heads merged into the batch, masked fill by Where). gpt_neox: GPTNeoXForCausalLM, 2 layers,
+256 wide, rotary on a quarter of each head, parallel attention and MLP. bloom: BloomForCausalLM, 2
+layers, 256 wide (ALiBi added to merged-head scores). qwen2: Qwen2ForCausalLM, 2 layers, 256 wide,
+4 query heads sharing 2 key/value heads, biased q/k/v projections.
 Each is eager attention, opset 17, the legacy exporter.
 """
 from __future__ import annotations
@@ -69,6 +76,26 @@ MODELS: dict[str, Callable[[], tuple[torch.nn.Module, tuple[torch.Tensor, ...], 
     "distilbert": lambda: (_Field(transformers.DistilBertModel(_eager(transformers.DistilBertConfig(
         n_layers=2, dim=256, n_heads=4, hidden_dim=1024, vocab_size=2000))), "last_hidden_state"),
         (torch.randint(0, 2000, (1, 128)),), "input_ids", "last_hidden_state"),
+    "clip_text": lambda: (_Field(transformers.CLIPTextModel(_eager(transformers.CLIPTextConfig(
+        hidden_size=256, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=4, vocab_size=2000,
+        max_position_embeddings=77, bos_token_id=0, eos_token_id=2))), "last_hidden_state"),
+        (torch.randint(0, 2000, (1, 77)),), "input_ids", "last_hidden_state"),
+    "efficientnet": lambda: (_Field(transformers.EfficientNetModel(transformers.EfficientNetConfig(
+        image_size=224, width_coefficient=1.0, depth_coefficient=1.0, hidden_dim=1280)), "pooler_output"),
+        (torch.randn(1, 3, 224, 224),), "pixel_values", "pooled"),
+    "deberta": lambda: (_Field(transformers.DebertaV2Model(_eager(transformers.DebertaV2Config(
+        hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024, vocab_size=2000))),
+        "last_hidden_state"), (torch.randint(0, 2000, (1, 128)),), "input_ids", "last_hidden_state"),
+    "gpt_neox": lambda: (_Field(transformers.GPTNeoXForCausalLM(_eager(transformers.GPTNeoXConfig(
+        hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024, vocab_size=2000,
+        rotary_pct=0.25))), "logits"), (torch.randint(0, 2000, (1, 64)),), "input_ids", "logits"),
+    "bloom": lambda: (_Field(transformers.BloomForCausalLM(_eager(transformers.BloomConfig(
+        hidden_size=256, n_layer=2, n_head=4, vocab_size=2000))), "logits"),
+        (torch.randint(0, 2000, (1, 64)),), "input_ids", "logits"),
+    "qwen2": lambda: (_Field(transformers.Qwen2ForCausalLM(_eager(transformers.Qwen2Config(
+        hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=688,
+        vocab_size=2000, max_position_embeddings=256))), "logits"),
+        (torch.randint(0, 2000, (1, 64)),), "input_ids", "logits"),
 }
 
 
