@@ -33,9 +33,11 @@ def _tma_config_problem(task, config, target):
 
 
 def shared_memory(task, config):
-    """num_stages x (A tile + B tile) for the TMA ring, plus the output tile a TMA store stages."""
+    """num_stages x (A tile + B tile) for the TMA ring (one more A and B tile for tf32x3's split
+    operands), plus the output tile a TMA store stages."""
     tile_n = _tile_n(config)
-    ring = config["num_stages"] * (config["BLOCK_M"] + tile_n) * config["BLOCK_K"] * _item_bytes(task)
+    stages = config["num_stages"] + (1 if DOT_PRECISION == "tf32x3" else 0)
+    ring = stages * (config["BLOCK_M"] + tile_n) * config["BLOCK_K"] * _item_bytes(task)
     out_tile = config["BLOCK_M"] * tile_n * _dtype_bytes(task.outputs[0].dtype)
     return ring + (out_tile if config["TMA_STORE"] else 0)
 
