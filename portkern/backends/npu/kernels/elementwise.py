@@ -4,10 +4,13 @@ constexpr step names and operand slots, so one source serves every expression of
 in which each step reads task inputs, any earlier step, or scalar constants (an earlier step than
 the one before stays in a UB buffer of its own: rotary embeddings' x * cos + rotate(x) * sin
 reads two products); `where` selects
-between two scalars on a condition (an attention mask's preparation). An input may repeat along
-the leading axes (a position embedding or a bias added to every row: its shape is the output's
-trailing dims after leading 1s): it is read at the flat index modulo its size, each tile's DMA
-then starting where that lands, so the start must stay 32-byte aligned. Other expressions (other
+between two scalars on a condition (an attention mask's preparation). An input may broadcast
+when the axes it keeps are one run of the output's: it is read at (flat index // inner) % its size,
+inner being the output's elements past that run. Repeating along the leading axes (a position
+embedding or a bias added to every row) is inner = 1: each tile's DMA starts where the index lands,
+so the start must stay 32-byte aligned. With inner > 1 (a value per row, (..., 1); a value per
+channel, squeeze-excite's (N, C, 1, 1)) a tile spans only BLOCK / inner + 1 of its elements: one
+small DMA from a 32-byte aligned window, then a broadcast pass in UB. Other expressions (other
 broadcasts, casts, where between tensors) are refused in constraints().
 """
 import math
@@ -76,14 +79,23 @@ def _kept_steps(steps):
                 if FIRST_STEP <= slot < SCALAR and slot - FIRST_STEP != index - 1})
 
 
-def _period(spec, out_shape):
-    """Elements after which the input repeats (its size), or None if it broadcasts otherwise."""
-    shape = tuple(spec.shape)
-    while shape and shape[0] == 1:
-        shape = shape[1:]
-    if shape != tuple(out_shape[len(out_shape) - len(shape):]):
+def _broadcast(spec, out_shape):
+    """(period, inner): the input is read at (flat index // inner) % period; None when the axes it
+    keeps (those of the output's size, among the output's non-1 axes) are not one contiguous run."""
+    shape = (1,) * (len(out_shape) - len(spec.shape)) + tuple(spec.shape)
+    if any(size not in (1, full) for size, full in zip(shape, out_shape)):
         return None
-    return math.prod(shape)
+    axes = [axis for axis, full in enumerate(out_shape) if full != 1]
+    kept = [index for index, axis in enumerate(axes) if shape[axis] == out_shape[axis]]
+    if kept and kept != list(range(kept[0], kept[-1] + 1)):
+        return None
+    inner = math.prod(out_shape[axes[kept[-1]] + 1:]) if kept else 1
+    return math.prod(shape), inner
+
+
+def _window_bytes(block, inner, itemsize):
+    """Bytes a tile of an inner > 1 input reads: the elements it spans, in a 32-byte aligned window."""
+    return triton.cdiv((triton.cdiv(block, inner) + 1) * itemsize, 32) * 32 + 32
 
 
 def constraints(task, config, target):
@@ -93,11 +105,13 @@ def constraints(task, config, target):
     if any(spec.dtype not in (task.dtype, "bool") for spec in task.inputs):
         return "inputs must have the output's dtype (or be a bool condition)"
     for spec in task.inputs:
-        period = _period(spec, out.shape)
-        if period is None:
-            return f"input {spec.shape} broadcasts to {out.shape} other than by repeating along leading axes"
+        broadcast = _broadcast(spec, out.shape)
+        if broadcast is None:
+            return (f"input {spec.shape} broadcasts to {out.shape} other than by repeating one run of its "
+                    "axes")
+        period, inner = broadcast
         start_bytes = math.gcd(config["BLOCK"], period) * INPUT_ITEMSIZE[spec.dtype]
-        if period != out.numel and start_bytes % 32:
+        if inner == 1 and period != out.numel and start_bytes % 32:
             return (f"a {spec.shape} input repeating every {period} elements starts BLOCK={config['BLOCK']} "
                     f"tiles at {start_bytes}-byte steps: DMA needs 32-byte aligned starts")
     if len(task.inputs) > MAX_INPUTS:
@@ -117,15 +131,19 @@ def schedule(task, config, target):
     programs = min(config["PROGRAMS"], n_tiles)
     moved = min(block, n)
     inputs = len(task.inputs)
+    broadcasts = [_broadcast(spec, task.outputs[0].shape) for spec in task.inputs]
     # a repeating input's tile wraps around its end where BLOCK does not divide it: a second DMA
-    wraps = sum(1 for spec in task.inputs if (p := _period(spec, task.outputs[0].shape)) != n and p % block)
+    wraps = sum(1 for period, inner in broadcasts if inner == 1 and period != n and period % block)
+    read = sum(moved * INPUT_ITEMSIZE[spec.dtype] if inner == 1
+               else _window_bytes(moved, inner, INPUT_ITEMSIZE[spec.dtype])
+               for spec, (_, inner) in zip(task.inputs, broadcasts))
     steps = _steps(task)
-    cost = 2 + sum(STEP_COST[step[0]] for step in steps)  # + cast in and out
+    # + cast in and out, + a broadcast pass for each input read as a window
+    cost = 2 + sum(STEP_COST[step[0]] for step in steps) + sum(inner > 1 for _, inner in broadcasts)
     return {
         "core": "vector", "programs": programs, "tiles": triton.cdiv(n_tiles, programs), "total_tiles": n_tiles,
         "buffers": config["BUFFERS"],
-        "per_tile": {"gm_to_ub": moved * sum(INPUT_ITEMSIZE[spec.dtype] for spec in task.inputs),
-                     "ub_to_gm": moved * ITEMSIZE[task.outputs[0].dtype],
+        "per_tile": {"gm_to_ub": read, "ub_to_gm": moved * ITEMSIZE[task.outputs[0].dtype],
                      "vector_ops": block * cost},
         "transfers": {"gm_to_ub": inputs + wraps},
         "live": {"ub": config["BUFFERS"] * (inputs + 1) * block * size + (2 + _kept_steps(steps)) * block * 4},
@@ -207,15 +225,15 @@ def _step(OP: tl.constexpr, A: tl.constexpr, B: tl.constexpr, x0, x1, x2, x3, t0
 
 
 @triton.jit
-def _tile(x_ptr, offsets, inside, period, REPEATS: tl.constexpr):
-    """One input's tile in fp32; a repeating input is read at the offsets modulo its size."""
+def _tile(x_ptr, offsets, inside, period, inner, REPEATS: tl.constexpr):
+    """One input's tile in fp32; a broadcast input is read at (offsets // inner) % its size."""
     if REPEATS:
-        offsets = offsets % period
+        offsets = offsets // inner % period
     return tl.load(x_ptr + offsets, mask=inside, other=1.0).to(tl.float32)
 
 
 @triton.jit
-def _elementwise_blocks(x0_ptr, x1_ptr, x2_ptr, x3_ptr, out_ptr, n, p0, p1, p2, p3,
+def _elementwise_blocks(x0_ptr, x1_ptr, x2_ptr, x3_ptr, out_ptr, n, p0, p1, p2, p3, i0, i1, i2, i3,
                         s0a, s0b, s1a, s1b, s2a, s2b, s3a, s3b,
                         R0: tl.constexpr, R1: tl.constexpr, R2: tl.constexpr, R3: tl.constexpr,
                         OP0: tl.constexpr, A0: tl.constexpr, B0: tl.constexpr,
@@ -228,16 +246,16 @@ def _elementwise_blocks(x0_ptr, x1_ptr, x2_ptr, x3_ptr, out_ptr, n, p0, p1, p2, 
     for block in range(pid, tl.cdiv(n, BLOCK), num_cores):
         offsets = block * BLOCK + tl.arange(0, BLOCK)
         inside = offsets < n
-        x0 = _tile(x0_ptr, offsets, inside, p0, R0)
+        x0 = _tile(x0_ptr, offsets, inside, p0, i0, R0)
         x1 = x0
         x2 = x0
         x3 = x0
         if N_INPUTS > 1:
-            x1 = _tile(x1_ptr, offsets, inside, p1, R1)
+            x1 = _tile(x1_ptr, offsets, inside, p1, i1, R1)
         if N_INPUTS > 2:
-            x2 = _tile(x2_ptr, offsets, inside, p2, R2)
+            x2 = _tile(x2_ptr, offsets, inside, p2, i2, R2)
         if N_INPUTS > 3:
-            x3 = _tile(x3_ptr, offsets, inside, p3, R3)
+            x3 = _tile(x3_ptr, offsets, inside, p3, i3, R3)
         # a step's slots name only earlier steps (_steps), so the x0 placeholders are never read
         t0 = _step(OP0, A0, B0, x0, x1, x2, x3, x0, x0, x0, s0a, s0b, BLOCK)
         value = t0
@@ -260,9 +278,10 @@ def launch(task, config, inputs, outputs):
     scalars = [value for step in steps for value in step[3:]]
     ops = {f"{name}{index}": step[position] for index, step in enumerate(steps)
            for position, name in ((0, "OP"), (1, "A"), (2, "B"))}
-    periods = [_period(spec, task.outputs[0].shape) for spec in task.inputs]
-    periods += [n] * (MAX_INPUTS - len(periods))
-    repeats = {f"R{index}": period != n for index, period in enumerate(periods)}
+    broadcasts = [_broadcast(spec, task.outputs[0].shape) for spec in task.inputs]
+    broadcasts += [(n, 1)] * (MAX_INPUTS - len(broadcasts))
+    repeats = {f"R{index}": broadcast != (n, 1) for index, broadcast in enumerate(broadcasts)}
     programs = min(config["PROGRAMS"], triton.cdiv(n, config["BLOCK"]))
-    _elementwise_blocks[(programs,)](*pointers, outputs[0], n, *periods, *scalars, **ops, **repeats,
+    _elementwise_blocks[(programs,)](*pointers, outputs[0], n, *(period for period, _ in broadcasts),
+                                     *(inner for _, inner in broadcasts), *scalars, **ops, **repeats,
                                      N_INPUTS=len(inputs), BLOCK=config["BLOCK"])
