@@ -19,7 +19,11 @@ AvgPool2d(1280, ceil_mode=True) over a 7x7 map). deberta: DebertaV2Model, 2 laye
 tokens (heads merged into the batch, masked fill by Where). gpt_neox: GPTNeoXForCausalLM, 2 layers,
 256 wide, rotary on a quarter of each head, parallel attention and MLP. bloom: BloomForCausalLM, 2
 layers, 256 wide (ALiBi added to merged-head scores). qwen2: Qwen2ForCausalLM, 2 layers, 256 wide,
-4 query heads sharing 2 key/value heads, biased q/k/v projections.
+4 query heads sharing 2 key/value heads, biased q/k/v projections. Smaller checks of coverage (2
+layers, 256 wide unless said): gemma (one key/value head, GeGLU), phi (partial rotary, parallel
+block), mistral (sliding window), gpt_bigcode (multi-query), opt, falcon; dinov2, beit (relative
+position bias) at 192 wide; mobilevit (default config, 256 px); hubert (Conv1d feature extractor, 1 s
+of audio); albert (shared layers, factorized embedding).
 Each is eager attention, opset 17, the legacy exporter.
 """
 from __future__ import annotations
@@ -42,6 +46,10 @@ class _Field(torch.nn.Module):
 
     def forward(self, *args: torch.Tensor) -> torch.Tensor:
         return getattr(self.model(*args), self.field)
+
+
+_SMALL_DECODER = {"hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 688,
+                  "vocab_size": 2000}
 
 
 def _eager(config: Any) -> Any:
@@ -96,6 +104,37 @@ MODELS: dict[str, Callable[[], tuple[torch.nn.Module, tuple[torch.Tensor, ...], 
         hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=688,
         vocab_size=2000, max_position_embeddings=256))), "logits"),
         (torch.randint(0, 2000, (1, 64)),), "input_ids", "logits"),
+    **{name: (lambda make=make: (_Field(make(), "logits"), (torch.randint(0, 2000, (1, 64)),), "input_ids", "logits"))
+       for name, make in {
+           "gemma": lambda: transformers.GemmaForCausalLM(_eager(transformers.GemmaConfig(
+               **_SMALL_DECODER, num_key_value_heads=1, head_dim=64))),
+           "phi": lambda: transformers.PhiForCausalLM(_eager(transformers.PhiConfig(**_SMALL_DECODER))),
+           "mistral": lambda: transformers.MistralForCausalLM(_eager(transformers.MistralConfig(
+               **_SMALL_DECODER, num_key_value_heads=2, sliding_window=32))),
+           "gpt_bigcode": lambda: transformers.GPTBigCodeForCausalLM(_eager(transformers.GPTBigCodeConfig(
+               n_embd=256, n_layer=2, n_head=4, vocab_size=2000, multi_query=True))),
+           "opt": lambda: transformers.OPTForCausalLM(_eager(transformers.OPTConfig(
+               hidden_size=256, num_hidden_layers=2, num_attention_heads=4, ffn_dim=1024, vocab_size=2000,
+               word_embed_proj_dim=256))),
+           "falcon": lambda: transformers.FalconForCausalLM(_eager(transformers.FalconConfig(
+               hidden_size=256, num_hidden_layers=2, num_attention_heads=4, vocab_size=2000))),
+       }.items()},
+    "dinov2": lambda: (_Field(transformers.Dinov2Model(_eager(transformers.Dinov2Config(
+        hidden_size=192, num_hidden_layers=2, num_attention_heads=3, intermediate_size=768))), "last_hidden_state"),
+        (torch.randn(1, 3, 224, 224),), "pixel_values", "last_hidden_state"),
+    "beit": lambda: (_Field(transformers.BeitModel(_eager(transformers.BeitConfig(
+        hidden_size=192, num_hidden_layers=2, num_attention_heads=3, intermediate_size=768,
+        use_relative_position_bias=True))), "last_hidden_state"),
+        (torch.randn(1, 3, 224, 224),), "pixel_values", "last_hidden_state"),
+    "mobilevit": lambda: (_Field(transformers.MobileViTModel(_eager(transformers.MobileViTConfig())), "pooler_output"),
+                          (torch.randn(1, 3, 256, 256),), "pixel_values", "pooled"),
+    "hubert": lambda: (_Field(transformers.HubertModel(_eager(transformers.HubertConfig(
+        hidden_size=192, num_hidden_layers=2, num_attention_heads=3, intermediate_size=768))), "last_hidden_state"),
+        (torch.randn(1, 16000),), "input_values", "last_hidden_state"),
+    "albert": lambda: (_Field(transformers.AlbertModel(_eager(transformers.AlbertConfig(
+        hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024, vocab_size=2000,
+        embedding_size=128))), "last_hidden_state"),
+        (torch.randint(0, 2000, (1, 128)),), "input_ids", "last_hidden_state"),
 }
 
 
