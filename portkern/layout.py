@@ -76,6 +76,67 @@ def channels_last(graph: Graph) -> Graph:
     return _rewrite(graph, chosen) if chosen else graph
 
 
+def conv1d_as_2d(graph: Graph) -> Graph:
+    """Every 1-D Conv as a 2-D one over a unit-height view, the same arithmetic: x (N, C, L) is
+    unsqueezed to (N, C, 1, L), the weight to (O, C/g, 1, K) (a constant reshaped once), the
+    kernel, strides, dilations and pads gain a unit (or zero) height, and the output is squeezed
+    back under its own name. Every backend's conv2d kernels then serve the 1-D convolutions of
+    audio models (Whisper's, wav2vec2's and HuBERT's feature extractors). The graph itself where
+    there is no 1-D Conv."""
+    if not any(_is_conv1d(graph, node) for node in graph.nodes):
+        return graph
+    nodes: list[Node] = []
+    values = dict(graph.values)
+    constants = dict(graph.constants)
+    axes_attrs: dict[str, Any] = {"axes": [2]} if graph.opset < 13 else {}  # an input from opset 13
+    axes = [] if axes_attrs else ["::unit_height_axis"]
+    if axes:
+        constants[axes[0]] = np.array([2], np.int64)
+        values[axes[0]] = TensorSpec((1,), "int64")
+    as_2d: dict[str, str] = {}  # a 3-D value -> its unit-height view
+
+    def unit_height(name: str) -> str:
+        """The (A, B, 1, L) view of a 3-D value: a constant reshaped, else one Unsqueeze where
+        it is first read."""
+        if name not in as_2d:
+            spec = graph.values[name]
+            new = as_2d[name] = f"{name}::2d"
+            values[new] = TensorSpec((*spec.shape[:2], 1, spec.shape[2]), spec.dtype)
+            if name in graph.constants:
+                constants[new] = graph.constants[name][:, :, None, :]
+            else:
+                nodes.append(Node(f"{name}::unsqueeze", "Unsqueeze", [name, *axes], [new], dict(axes_attrs)))
+        return as_2d[name]
+
+    for node in graph.nodes:
+        if not _is_conv1d(graph, node):
+            nodes.append(node)
+            continue
+        x, w, *rest = node.inputs
+        lifted = [unit_height(x), unit_height(w)]
+        out = node.outputs[0]
+        spec = graph.values[out]
+        wide = f"{out}::2d"
+        values[wide] = TensorSpec((*spec.shape[:2], 1, spec.shape[2]), spec.dtype)
+        attrs = dict(node.attrs)
+        for key, unit in (("kernel_shape", 1), ("strides", 1), ("dilations", 1)):
+            if key in attrs:
+                attrs[key] = [unit, *attrs[key]]
+        if "pads" in attrs:
+            begin, end = attrs["pads"]
+            attrs["pads"] = [0, begin, 0, end]
+        nodes.append(replace(node, inputs=[*lifted, *rest], outputs=[wide], attrs=attrs))
+        nodes.append(Node(f"{out}::squeeze", "Squeeze", [wide, *axes], [out], dict(axes_attrs)))
+    used = _used_names(nodes, graph.inputs, graph.outputs)
+    return replace(graph, nodes=nodes, values={k: v for k, v in values.items() if k in used},
+                   constants={k: v for k, v in constants.items() if k in used})
+
+
+def _is_conv1d(graph: Graph, node: Node) -> bool:
+    return (node.op_type == "Conv" and node.domain in ("", "ai.onnx") and len(graph.values[node.inputs[0]].shape) == 3
+            and len(graph.values[node.inputs[1]].shape) == 3)
+
+
 def _is_float4d(graph: Graph, name: str) -> bool:
     spec = graph.values.get(name)
     return spec is not None and len(spec.shape) == 4 and spec.dtype in FLOAT_DTYPES

@@ -105,3 +105,35 @@ def test_zoo_models_mean_the_same_in_nhwc(name: str) -> None:
     nhwc = channels_last(graph)
     assert not _onnx_layout_ops(nhwc)
     _same_outputs(graph, nhwc, rtol=1e-5)
+
+
+@pytest.mark.parametrize("opset", [11, 17])  # Unsqueeze/Squeeze axes: an attribute, then an input
+def test_1d_convolutions_run_as_2d_ones_with_the_same_outputs(opset: int) -> None:
+    """Whisper/HuBERT-style 1-D convs (pads, stride, dilation, groups, bias; a weight computed at
+    run time; one input read by two convs, viewed once) mean the same as unit-height 2-D convs,
+    and each becomes a conv2d task of every backend (the CPU's NCHW and the GPU's NHWC graph)."""
+    from portkern.backends import get_backend
+    from portkern.hwprofile import load_target
+    from portkern.layout import conv1d_as_2d
+    from portkern.partition import backend_tasks
+
+    rng = np.random.default_rng(0)
+    builder = GraphBuilder("conv1d", "float32")
+    x = builder.input("x", (2, 8, 40))
+    scale = builder.input("scale", (1, 1, 1))
+    w_run = builder.op("Mul", [builder.constant(rng.standard_normal((8, 8, 3)).astype(np.float32)), scale], (8, 8, 3))
+    a = builder.op("Conv", [x, builder.constant(rng.standard_normal((16, 4, 5)).astype(np.float32)),
+                            builder.constant(rng.standard_normal(16).astype(np.float32))], (2, 16, 18),
+                   kernel_shape=[5], strides=[2], pads=[2, 1], dilations=[2], group=2)
+    b = builder.op("Conv", [x, w_run], (2, 8, 40), kernel_shape=[3], pads=[1, 1])
+    out = builder.op("Gelu", [a], (2, 16, 18)), b
+    graph = builder.graph(list(out), opset=opset)
+    wide = conv1d_as_2d(graph)
+    assert [node.op_type for node in wide.nodes].count("Unsqueeze") == 2  # x once, the computed weight once
+    assert all(len(wide.values[node.inputs[0]].shape) == 4 for node in wide.nodes if node.op_type == "Conv")
+    _same_outputs(graph, wide)
+    for target in ("cpu", "h200"):
+        _, tasks = backend_tasks(graph, get_backend(load_target(target)))
+        convs = [task for task in tasks if task.kind == "conv2d"]
+        assert len(convs) == 2 and all(task.inputs[0].shape[1:3] in ((8, 1), (1, 40)) for task in convs)
+        assert {task.attr("strides") for task in convs} == {(1, 2), (1, 1)}
