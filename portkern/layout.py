@@ -119,9 +119,9 @@ def conv1d_as_2d(graph: Graph) -> Graph:
         wide = f"{out}::2d"
         values[wide] = TensorSpec((*spec.shape[:2], 1, spec.shape[2]), spec.dtype)
         attrs = dict(node.attrs)
-        for key, unit in (("kernel_shape", 1), ("strides", 1), ("dilations", 1)):
+        for key in ("kernel_shape", "strides", "dilations"):
             if key in attrs:
-                attrs[key] = [unit, *attrs[key]]
+                attrs[key] = [1, *attrs[key]]
         if "pads" in attrs:
             begin, end = attrs["pads"]
             attrs["pads"] = [0, begin, 0, end]
@@ -133,8 +133,8 @@ def conv1d_as_2d(graph: Graph) -> Graph:
 
 
 def _is_conv1d(graph: Graph, node: Node) -> bool:
-    return (node.op_type == "Conv" and node.domain in ("", "ai.onnx") and len(graph.values[node.inputs[0]].shape) == 3
-            and len(graph.values[node.inputs[1]].shape) == 3)
+    return node.op_type == "Conv" and node.domain in ("", "ai.onnx") and all(
+        len(graph.values[name].shape) == 3 for name in node.inputs[:2])
 
 
 def _is_float4d(graph: Graph, name: str) -> bool:
