@@ -21,7 +21,7 @@ elementwise ops alone the boundary Transposes would cost more than the layout ga
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -79,12 +79,17 @@ def channels_last(graph: Graph) -> Graph:
 def conv1d_as_2d(graph: Graph) -> Graph:
     """Every 1-D Conv as a 2-D one over a unit-height view, the same arithmetic: x (N, C, L) is
     unsqueezed to (N, C, 1, L), the weight to (O, C/g, 1, K) (a constant reshaped once), the
-    kernel, strides, dilations and pads gain a unit (or zero) height, and the output is squeezed
-    back under its own name. Every backend's conv2d kernels then serve the 1-D convolutions of
-    audio models (Whisper's, wav2vec2's and HuBERT's feature extractors). The graph itself where
-    there is no 1-D Conv."""
-    if not any(_is_conv1d(graph, node) for node in graph.nodes):
+    kernel, strides, dilations and pads gain a unit (or zero) height. The elementwise ops that read
+    only the conv's output and scalars (the GELU after each of Whisper's convs) follow it in 4-D, so a
+    conv task can fuse them, and a value is squeezed back under its own name only where something
+    other than another such conv reads it. Every backend's conv2d kernels then serve the 1-D
+    convolutions of audio models (Whisper's, wav2vec2's and HuBERT's feature extractors). The graph
+    itself where there is no 1-D Conv."""
+    convs = {id(node) for node in graph.nodes if _is_conv1d(graph, node)}
+    if not convs:
         return graph
+    consumers = graph.consumers()
+    position = {id(node): index for index, node in enumerate(graph.nodes)}
     nodes: list[Node] = []
     values = dict(graph.values)
     constants = dict(graph.constants)
@@ -94,30 +99,38 @@ def conv1d_as_2d(graph: Graph) -> Graph:
         constants[axes[0]] = np.array([2], np.int64)
         values[axes[0]] = TensorSpec((1,), "int64")
     as_2d: dict[str, str] = {}  # a 3-D value -> its unit-height view
+    moved: set[int] = set()  # elementwise nodes already emitted in 4-D after their conv
+
+    def wide_spec(name: str) -> TensorSpec:
+        spec = graph.values[name]
+        return TensorSpec((*spec.shape[:2], 1, spec.shape[2]), spec.dtype)
 
     def unit_height(name: str) -> str:
         """The (A, B, 1, L) view of a 3-D value: a constant reshaped, else one Unsqueeze where
         it is first read."""
         if name not in as_2d:
-            spec = graph.values[name]
             new = as_2d[name] = f"{name}::2d"
-            values[new] = TensorSpec((*spec.shape[:2], 1, spec.shape[2]), spec.dtype)
+            values[new] = wide_spec(name)
             if name in graph.constants:
                 constants[new] = graph.constants[name][:, :, None, :]
             else:
                 nodes.append(Node(f"{name}::unsqueeze", "Unsqueeze", [name, *axes], [new], dict(axes_attrs)))
         return as_2d[name]
 
+    def is_scalar(name: str) -> bool:
+        return name in graph.constants and graph.constants[name].size == 1
+
     for node in graph.nodes:
-        if not _is_conv1d(graph, node):
+        if id(node) in moved:
+            continue
+        if id(node) not in convs:
             nodes.append(node)
             continue
         x, w, *rest = node.inputs
         lifted = [unit_height(x), unit_height(w)]
         out = node.outputs[0]
-        spec = graph.values[out]
-        wide = f"{out}::2d"
-        values[wide] = TensorSpec((*spec.shape[:2], 1, spec.shape[2]), spec.dtype)
+        as_2d[out] = f"{out}::2d"
+        values[as_2d[out]] = wide_spec(out)
         attrs = dict(node.attrs)
         for key in ("kernel_shape", "strides", "dilations"):
             if key in attrs:
@@ -125,11 +138,42 @@ def conv1d_as_2d(graph: Graph) -> Graph:
         if "pads" in attrs:
             begin, end = attrs["pads"]
             attrs["pads"] = [0, begin, 0, end]
-        nodes.append(replace(node, inputs=[*lifted, *rest], outputs=[wide], attrs=attrs))
-        nodes.append(Node(f"{out}::squeeze", "Squeeze", [wide, *axes], [out], dict(axes_attrs)))
+        nodes.append(replace(node, inputs=[*lifted, *rest], outputs=[as_2d[out]], attrs=attrs))
+        made = [out]
+        for user in _unit_height_region(out, consumers, position, is_scalar, moved):
+            moved.add(id(user))
+            as_2d[user.outputs[0]] = f"{user.outputs[0]}::2d"
+            values[as_2d[user.outputs[0]]] = wide_spec(user.outputs[0])
+            nodes.append(replace(user, inputs=[as_2d.get(name, name) for name in user.inputs],
+                                 outputs=[as_2d[user.outputs[0]]]))
+            made.append(user.outputs[0])
+        for name in made:  # back to 3-D where a reader outside needs it
+            readers = [user for user in consumers.get(name, []) if id(user) not in moved
+                       and not (id(user) in convs and name in user.inputs[:2])]
+            if readers or name in graph.outputs:
+                nodes.append(Node(f"{name}::squeeze", "Squeeze", [as_2d[name], *axes], [name], dict(axes_attrs)))
     used = _used_names(nodes, graph.inputs, graph.outputs)
     return replace(graph, nodes=nodes, values={k: v for k, v in values.items() if k in used},
                    constants={k: v for k, v in constants.items() if k in used})
+
+
+def _unit_height_region(value: str, consumers: Mapping[str, list[Node]], position: Mapping[int, int],
+                        is_scalar: Callable[[str], bool], taken: set[int]) -> list[Node]:
+    """The elementwise nodes, in graph order, that read only `value`, each other's outputs and
+    scalars: they compute the same on its unit-height view."""
+    region: list[Node] = []
+    available = {value}
+    while True:
+        inside = taken | {id(node) for node in region}
+        candidates = [user for name in available for user in consumers.get(name, [])
+                      if user.op_type in ELEMENTWISE and user.domain in ("", "ai.onnx") and len(user.outputs) == 1
+                      and id(user) not in inside
+                      and all(name in available or is_scalar(name) for name in user.inputs if name)]
+        if not candidates:
+            return region
+        step = min(candidates, key=lambda node: position[id(node)])
+        region.append(step)
+        available.add(step.outputs[0])
 
 
 def _is_conv1d(graph: Graph, node: Node) -> bool:

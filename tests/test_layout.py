@@ -2,6 +2,7 @@
 each way, and the NHWC graph partitions into the same tasks with layout "nhwc"."""
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import numpy as np
@@ -129,11 +130,46 @@ def test_1d_convolutions_run_as_2d_ones_with_the_same_outputs(opset: int) -> Non
     out = builder.op("Gelu", [a], (2, 16, 18)), b
     graph = builder.graph(list(out), opset=opset)
     wide = conv1d_as_2d(graph)
-    assert [node.op_type for node in wide.nodes].count("Unsqueeze") == 2  # x once, the computed weight once
+    ops = [node.op_type for node in wide.nodes]
+    assert ops.count("Unsqueeze") == 2  # x once, the computed weight once
+    # the Gelu follows its conv in 4-D: only the graph's two outputs are squeezed back
+    assert ops.count("Squeeze") == 2 and ops.index("Gelu") < ops.index("Squeeze")
     assert all(len(wide.values[node.inputs[0]].shape) == 4 for node in wide.nodes if node.op_type == "Conv")
     _same_outputs(graph, wide)
     for target in ("cpu", "h200"):
         _, tasks = backend_tasks(graph, get_backend(load_target(target)))
         convs = [task for task in tasks if task.kind == "conv2d"]
         assert len(convs) == 2 and all(task.inputs[0].shape[1:3] in ((8, 1), (1, 40)) for task in convs)
-        assert {task.attr("strides") for task in convs} == {(1, 2), (1, 1)}
+        assert {(task.attr("strides"), task.attr("activation")) for task in convs} == {((1, 2), "gelu"),
+                                                                                       ((1, 1), "none")}
+
+
+def test_stacked_1d_convolutions_stay_in_4d_between_them() -> None:
+    """Whisper's stem: conv -> GELU (written out, erf) -> conv -> GELU. The second conv reads the
+    first GELU's 4-D value (no Squeeze and Unsqueeze between them) and each conv fuses its GELU."""
+    from portkern.backends import get_backend
+    from portkern.hwprofile import load_target
+    from portkern.layout import conv1d_as_2d
+    from portkern.partition import backend_tasks
+
+    rng = np.random.default_rng(1)
+    builder = GraphBuilder("whisper_stem", "float32")
+
+    def conv_gelu(x: str, c: int, o: int, length: int, stride: int) -> str:
+        y = builder.op("Conv", [x, builder.constant(rng.standard_normal((o, c, 3)).astype(np.float32) / 4),
+                                builder.constant(rng.standard_normal(o).astype(np.float32))], (1, o, length),
+                       kernel_shape=[3], strides=[stride], pads=[1, 1])
+        erf = builder.op("Erf", [builder.op("Div", [y, builder.constant(np.float32(math.sqrt(2)))], (1, o, length))],
+                         (1, o, length))
+        half = builder.op("Mul", [y, builder.op("Add", [erf, builder.constant(np.float32(1))], (1, o, length))],
+                          (1, o, length))
+        return builder.op("Mul", [half, builder.constant(np.float32(0.5))], (1, o, length))
+
+    out = conv_gelu(conv_gelu(builder.input("mel", (1, 6, 30)), 6, 8, 30, 1), 8, 8, 15, 2)
+    graph = builder.graph([out])
+    wide = conv1d_as_2d(graph)
+    assert [node.op_type for node in wide.nodes].count("Squeeze") == 1
+    assert [node.op_type for node in wide.nodes].count("Unsqueeze") == 1
+    _same_outputs(graph, wide, rtol=1e-5)
+    _, tasks = backend_tasks(graph, get_backend(load_target("cpu")))
+    assert [(task.kind, task.attr("activation")) for task in tasks] == [("conv2d", "gelu"), ("conv2d", "gelu")]
