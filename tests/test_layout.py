@@ -10,12 +10,14 @@ import onnx
 import pytest
 
 from portkern import synthetic
+from portkern.backends import get_backend
 from portkern.executor import run_graph, run_nodes
+from portkern.hwprofile import load_target
 from portkern.ir import Graph
-from portkern.layout import LAYOUT_DOMAIN, NHWC_OPS, channels_last
+from portkern.layout import LAYOUT_DOMAIN, NHWC_OPS, channels_last, conv1d_as_2d
 from portkern.models import random_feeds, randomize_weights, zoo_model_path
 from portkern.onnx_import import load_model
-from portkern.partition import partition
+from portkern.partition import backend_tasks, partition
 from portkern.synthetic import GraphBuilder
 
 
@@ -113,11 +115,6 @@ def test_1d_convolutions_run_as_2d_ones_with_the_same_outputs(opset: int) -> Non
     """Whisper/HuBERT-style 1-D convs (pads, stride, dilation, groups, bias; a weight computed at
     run time; one input read by two convs, viewed once) mean the same as unit-height 2-D convs,
     and each becomes a conv2d task of every backend (the CPU's NCHW and the GPU's NHWC graph)."""
-    from portkern.backends import get_backend
-    from portkern.hwprofile import load_target
-    from portkern.layout import conv1d_as_2d
-    from portkern.partition import backend_tasks
-
     rng = np.random.default_rng(0)
     builder = GraphBuilder("conv1d", "float32")
     x = builder.input("x", (2, 8, 40))
@@ -147,11 +144,6 @@ def test_1d_convolutions_run_as_2d_ones_with_the_same_outputs(opset: int) -> Non
 def test_stacked_1d_convolutions_stay_in_4d_between_them() -> None:
     """Whisper's stem: conv -> GELU (written out, erf) -> conv -> GELU. The second conv reads the
     first GELU's 4-D value (no Squeeze and Unsqueeze between them) and each conv fuses its GELU."""
-    from portkern.backends import get_backend
-    from portkern.hwprofile import load_target
-    from portkern.layout import conv1d_as_2d
-    from portkern.partition import backend_tasks
-
     rng = np.random.default_rng(1)
     builder = GraphBuilder("whisper_stem", "float32")
 

@@ -115,6 +115,7 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     chosen = suites(args.smoke)
     run_started = time.time()
+    tune_options = TuneOptions(target=target.name)  # a float32 task keeps float32 accuracy, as in a tune
     for suite in args.suite.split(","):
         for name, task in chosen[suite]:
             if args.filter and args.filter not in name:
@@ -124,8 +125,7 @@ def main() -> int:
                 continue
             floor = floor_seconds(task, target)
             started = time.time()
-            # a float32 task keeps float32 accuracy, as in a tune without --allow-tf32
-            variants = [v for v in backend.variants(task) if precision_admitted(v, task, TuneOptions(target=target.name))]
+            variants = [v for v in backend.variants(task) if precision_admitted(v, task, tune_options)]
             nearest = catalog.nearest(task, log, {v.name: v for v in variants})
             catalog.add(task)
             result = search_workload(
