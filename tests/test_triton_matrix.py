@@ -171,21 +171,6 @@ def test_tma_store_epilogue_clips_the_edge_tiles(name: str, task: Task) -> None:
         run_gate(variant, config, task)
 
 
-@pytest.mark.parametrize("trans_b", [False, True])
-def test_wide_tiles_cover_every_column(trans_b: bool) -> None:
-    """WIDE tiles are 1.5 BLOCK_N wide (a BLOCK_N and a BLOCK_N / 2 accumulator): with N = 200 the
-    second tile's main part is cut by the edge and its tail lies wholly past it; every column is
-    written once, with the fused epilogue, through pointers and through the TMA store."""
-    variant = VARIANTS["gemm_tma"]
-    task = synthetic.gemm_task(70, 200, 72, "float16", trans_b=trans_b, bias=True, residual=True,
-                               activation="relu")
-    for block_n, store in ((64, False), (128, True)):
-        config = {**variant.default, "WIDE": True, "BLOCK_M": 64, "BLOCK_N": block_n, "BLOCK_K": 32,
-                  "TMA_STORE": store, "num_warps": 4}
-        assert _valid(variant, config, task)
-        run_gate(variant, config, task)
-
-
 def test_tma_store_refuses_misaligned_output_rows() -> None:
     variant = VARIANTS["gemm_tma_staged"]
     task = synthetic.gemm_task(37, 50, 70, "float16", bias=True)
