@@ -23,7 +23,13 @@ layers, 256 wide (ALiBi added to merged-head scores). qwen2: Qwen2ForCausalLM, 2
 layers, 256 wide unless said): gemma (one key/value head, GeGLU), phi (partial rotary, parallel
 block), mistral (sliding window), gpt_bigcode (multi-query), opt, falcon; dinov2, beit (relative
 position bias) at 192 wide; mobilevit (default config, 256 px); hubert (Conv1d feature extractor, 1 s
-of audio); albert (shared layers, factorized embedding).
+of audio); albert (shared layers, factorized embedding); t5 (T5EncoderModel: relative position buckets,
+RMS-style norm, no biases), bart (encoder and decoder, 1x64 tokens), mpnet (relative position bias),
+convbert (span-based dynamic convolution beside attention), squeezebert (1x1 Conv1d projections),
+wav2vec2, segformer (attention over a strided-conv reduced sequence, depthwise conv in the MLP) and
+swinv2 (scaled cosine attention, log-spaced position MLP) at 224 px, levit (attention with biases,
+BatchNorm'd linears), poolformer (pooling as the token mixer, GroupNorm), regnet (grouped convs,
+squeeze-excite).
 Each is eager attention, opset 17, the legacy exporter.
 """
 from __future__ import annotations
@@ -135,6 +141,40 @@ MODELS: dict[str, Callable[[], tuple[torch.nn.Module, tuple[torch.Tensor, ...], 
         hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024, vocab_size=2000,
         embedding_size=128))), "last_hidden_state"),
         (torch.randint(0, 2000, (1, 128)),), "input_ids", "last_hidden_state"),
+    "t5": lambda: (_Field(transformers.T5EncoderModel(_eager(transformers.T5Config(
+        d_model=256, d_kv=64, d_ff=1024, num_layers=2, num_heads=4, vocab_size=2000))), "last_hidden_state"),
+        (torch.randint(0, 2000, (1, 128)),), "input_ids", "last_hidden_state"),
+    "bart": lambda: (_Field(transformers.BartModel(_eager(transformers.BartConfig(
+        d_model=256, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+        encoder_ffn_dim=1024, decoder_ffn_dim=1024, vocab_size=2000, max_position_embeddings=256))),
+        "last_hidden_state"), (torch.randint(0, 2000, (1, 64)),), "input_ids", "last_hidden_state"),
+    "mpnet": lambda: (_Field(transformers.MPNetModel(_eager(transformers.MPNetConfig(
+        hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024, vocab_size=2000))),
+        "last_hidden_state"), (torch.randint(0, 2000, (1, 128)),), "input_ids", "last_hidden_state"),
+    "convbert": lambda: (_Field(transformers.ConvBertModel(_eager(transformers.ConvBertConfig(
+        hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024, vocab_size=2000,
+        embedding_size=256))), "last_hidden_state"),
+        (torch.randint(0, 2000, (1, 128)),), "input_ids", "last_hidden_state"),
+    "squeezebert": lambda: (_Field(transformers.SqueezeBertModel(transformers.SqueezeBertConfig(
+        hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024, vocab_size=2000,
+        embedding_size=256)), "last_hidden_state"),
+        (torch.randint(0, 2000, (1, 128)),), "input_ids", "last_hidden_state"),
+    "wav2vec2": lambda: (_Field(transformers.Wav2Vec2Model(_eager(transformers.Wav2Vec2Config(
+        hidden_size=192, num_hidden_layers=2, num_attention_heads=3, intermediate_size=768))), "last_hidden_state"),
+        (torch.randn(1, 16000),), "input_values", "last_hidden_state"),
+    "segformer": lambda: (_Field(transformers.SegformerModel(transformers.SegformerConfig(
+        depths=[1, 1, 1, 1], hidden_sizes=[32, 64, 160, 256])), "last_hidden_state"),
+        (torch.randn(1, 3, 224, 224),), "pixel_values", "last_hidden_state"),
+    "swinv2": lambda: (_Field(transformers.Swinv2Model(_eager(transformers.Swinv2Config(
+        embed_dim=48, depths=[2, 2], num_heads=[2, 4]))), "last_hidden_state"),
+        (torch.randn(1, 3, 224, 224),), "pixel_values", "last_hidden_state"),
+    "levit": lambda: (_Field(transformers.LevitModel(transformers.LevitConfig()), "last_hidden_state"),
+                      (torch.randn(1, 3, 224, 224),), "pixel_values", "last_hidden_state"),
+    "poolformer": lambda: (_Field(transformers.PoolFormerModel(transformers.PoolFormerConfig(
+        depths=[1, 1, 2, 1])), "last_hidden_state"),
+        (torch.randn(1, 3, 224, 224),), "pixel_values", "last_hidden_state"),
+    "regnet": lambda: (_Field(transformers.RegNetModel(transformers.RegNetConfig()), "pooler_output"),
+                       (torch.randn(1, 3, 224, 224),), "pixel_values", "pooled"),
 }
 
 
