@@ -44,8 +44,15 @@ class HwProfile:
     simulated: bool = False
 
     def peak(self, dtype: str) -> float:
-        """Peak FLOP/s for a compute dtype; unknown dtypes fall back to the fp32 rate."""
-        return self.peak_flops.get(dtype, self.peak_flops["float32"])
+        """Peak FLOP/s for a compute dtype; unknown dtypes fall back to the fp32 rate.
+
+        float32 is the fastest way to fp32-accurate products: where the chip has TF32 tensor cores,
+        three TF32 products per product (tf32x3) can beat its fp32 FMA lanes, and a floor above a
+        kernel's measured time would stop searches early and reject that kernel as impossible."""
+        fp32 = self.peak_flops["float32"]
+        if dtype == "float32":
+            return max(fp32, self.peak_flops.get("tf32", 0.0) / 3)
+        return self.peak_flops.get(dtype, fp32)
 
     def floor_seconds(self, flops: float, nbytes: float, dtype: str) -> float:
         """Roofline floor: no kernel can beat both the arithmetic and the memory time.

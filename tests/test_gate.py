@@ -115,6 +115,20 @@ def test_floor_violation() -> None:
     assert floor_violation(3e-6, 2e-6) is None
 
 
+def test_fp32_floor_admits_tf32x3_kernels() -> None:
+    """A float32 GEMM's floor counts three TF32 tensor-core products where the chip has them: on an
+    H100 gemm_tma_tf32x3 ran 4096x3072x768 in 259.5 us (benchmarks/results/h100-ops-fp32-2026-12-06),
+    under 90% of the fp32-FMA floor (288 us at 67 TFLOP/s), which rejected it as impossible."""
+    task = synthetic.gemm_task(4096, 3072, 768, "float32", trans_b=True)
+    h200 = load_target("h200").profile
+    floor = h200.floor_seconds(task.flops, task.min_bytes, task.dtype)
+    assert floor_violation(259.5e-6, floor) is None
+    assert floor == pytest.approx(task.flops / (h200.peak_flops["tf32"] / 3))
+    assert h200.peak("float16") == h200.peak_flops["float16"]
+    l4 = load_target("l4").profile  # TF32 at 2x fp32: three products lose to the FMA lanes
+    assert l4.peak("float32") == l4.peak_flops["float32"]
+
+
 def _attention_program(compute_dtype):
     """softmax(q k * scale + mask) v for a k_transposed, masked attention task, computed in
     `compute_dtype` with torch (the Triton backend's buffers on the CPU), cast back to float32."""
