@@ -115,7 +115,7 @@ def cmd_targets(args: argparse.Namespace) -> int:
     rows = [("target", "kind", "arch", "backend", "fp16 TFLOP/s", "fp32 TFLOP/s", "GB/s", "cores", "note")]
     for p in profiles:
         rows.append((p.name, p.kind, p.arch, p.backend, f"{p.peak('float16') / 1e12:.1f}",
-                     f"{p.peak('float32') / 1e12:.1f}", f"{p.mem_bandwidth / 1e9:.0f}", str(p.cores),
+                     f"{p.peak_flops['float32'] / 1e12:.1f}", f"{p.mem_bandwidth / 1e9:.0f}", str(p.cores),
                      "simulated" if p.simulated else p.description[:40]))
     print(_table(rows))
     return 0
