@@ -101,16 +101,18 @@ def conv1d_as_2d(graph: Graph) -> Graph:
     as_2d: dict[str, str] = {}  # a 3-D value -> its unit-height view
     moved: set[int] = set()  # elementwise nodes already emitted in 4-D after their conv
 
-    def wide_spec(name: str) -> TensorSpec:
+    def view(name: str) -> str:
+        """The name of the (A, B, 1, L) view of a 3-D value, declared with its spec."""
         spec = graph.values[name]
-        return TensorSpec((*spec.shape[:2], 1, spec.shape[2]), spec.dtype)
+        new = as_2d[name] = f"{name}::2d"
+        values[new] = TensorSpec((*spec.shape[:2], 1, spec.shape[2]), spec.dtype)
+        return new
 
     def unit_height(name: str) -> str:
         """The (A, B, 1, L) view of a 3-D value: a constant reshaped, else one Unsqueeze where
         it is first read."""
         if name not in as_2d:
-            new = as_2d[name] = f"{name}::2d"
-            values[new] = wide_spec(name)
+            new = view(name)
             if name in graph.constants:
                 constants[new] = graph.constants[name][:, :, None, :]
             else:
@@ -129,8 +131,6 @@ def conv1d_as_2d(graph: Graph) -> Graph:
         x, w, *rest = node.inputs
         lifted = [unit_height(x), unit_height(w)]
         out = node.outputs[0]
-        as_2d[out] = f"{out}::2d"
-        values[as_2d[out]] = wide_spec(out)
         attrs = dict(node.attrs)
         for key in ("kernel_shape", "strides", "dilations"):
             if key in attrs:
@@ -138,14 +138,12 @@ def conv1d_as_2d(graph: Graph) -> Graph:
         if "pads" in attrs:
             begin, end = attrs["pads"]
             attrs["pads"] = [0, begin, 0, end]
-        nodes.append(replace(node, inputs=[*lifted, *rest], outputs=[as_2d[out]], attrs=attrs))
+        nodes.append(replace(node, inputs=[*lifted, *rest], outputs=[view(out)], attrs=attrs))
         made = [out]
         for user in _unit_height_region(out, consumers, position, is_scalar, moved):
             moved.add(id(user))
-            as_2d[user.outputs[0]] = f"{user.outputs[0]}::2d"
-            values[as_2d[user.outputs[0]]] = wide_spec(user.outputs[0])
             nodes.append(replace(user, inputs=[as_2d.get(name, name) for name in user.inputs],
-                                 outputs=[as_2d[user.outputs[0]]]))
+                                 outputs=[view(user.outputs[0])]))
             made.append(user.outputs[0])
         for name in made:  # back to 3-D where a reader outside needs it
             readers = [user for user in consumers.get(name, []) if id(user) not in moved

@@ -118,7 +118,7 @@ def test_floor_violation() -> None:
 def test_fp32_floor_admits_tf32x3_kernels() -> None:
     """A float32 GEMM's floor counts three TF32 tensor-core products where the chip has them: on an
     H100 gemm_tma_tf32x3 ran 4096x3072x768 in 259.5 us (benchmarks/results/h100-ops-fp32-2026-12-06),
-    under 90% of the fp32-FMA floor (288 us at 67 TFLOP/s), which rejected it as impossible."""
+    under 90% of the fp32-FMA floor (288 us at 67 TFLOP/s), where the gate calls a time impossible."""
     task = synthetic.gemm_task(4096, 3072, 768, "float32", trans_b=True)
     h200 = load_target("h200").profile
     floor = h200.floor_seconds(task.flops, task.min_bytes, task.dtype)

@@ -63,118 +63,111 @@ def _eager(config: Any) -> Any:
     return config
 
 
-MODELS: dict[str, Callable[[], tuple[torch.nn.Module, tuple[torch.Tensor, ...], str, str]]] = {
-    "gpt2": lambda: (_Field(transformers.GPT2LMHeadModel(_eager(transformers.GPT2Config(
-        n_layer=2, n_embd=256, n_head=4, vocab_size=2000, n_positions=256))), "logits"),
-        (torch.randint(0, 2000, (1, 64)),), "input_ids", "logits"),
-    "vit": lambda: (_Field(transformers.ViTModel(_eager(transformers.ViTConfig(
-        hidden_size=192, num_hidden_layers=2, num_attention_heads=3, intermediate_size=768))),
-        "last_hidden_state"), (torch.randn(1, 3, 224, 224),), "pixel_values", "last_hidden_state"),
-    "mobilenet_v2": lambda: (_Field(transformers.MobileNetV2Model(transformers.MobileNetV2Config(
-        depth_multiplier=0.5)), "pooler_output"), (torch.randn(1, 3, 224, 224),), "pixel_values", "pooled"),
-    "convnext": lambda: (_Field(transformers.ConvNextModel(transformers.ConvNextConfig(
+Entry = tuple[torch.nn.Module, tuple[torch.Tensor, ...], str, str]  # module, inputs, input and output names
+
+
+def _tokens(model: torch.nn.Module, length: int = 128, field: str = "last_hidden_state") -> Entry:
+    """A text model's entry: 1 x length token ids in, one output field out."""
+    return _Field(model, field), (torch.randint(0, 2000, (1, length)),), "input_ids", field
+
+
+def _decoder(model: torch.nn.Module) -> Entry:
+    return _tokens(model, 64, "logits")
+
+
+def _pixels(model: torch.nn.Module, field: str = "last_hidden_state", size: int = 224) -> Entry:
+    """An image model's entry: one size x size RGB image in; a pooler output is named "pooled"."""
+    return (_Field(model, field), (torch.randn(1, 3, size, size),), "pixel_values",
+            "pooled" if field == "pooler_output" else field)
+
+
+def _audio(model: torch.nn.Module) -> Entry:
+    """An audio encoder's entry: 1 s of 16 kHz samples in."""
+    return _Field(model, "last_hidden_state"), (torch.randn(1, 16000),), "input_values", "last_hidden_state"
+
+
+MODELS: dict[str, Callable[[], Entry]] = {
+    "gpt2": lambda: _decoder(transformers.GPT2LMHeadModel(_eager(transformers.GPT2Config(
+        n_layer=2, n_embd=256, n_head=4, vocab_size=2000, n_positions=256)))),
+    "vit": lambda: _pixels(transformers.ViTModel(_eager(transformers.ViTConfig(
+        hidden_size=192, num_hidden_layers=2, num_attention_heads=3, intermediate_size=768)))),
+    "mobilenet_v2": lambda: _pixels(transformers.MobileNetV2Model(transformers.MobileNetV2Config(
+        depth_multiplier=0.5)), "pooler_output"),
+    "convnext": lambda: _pixels(transformers.ConvNextModel(transformers.ConvNextConfig(
         depths=[1, 1, 2, 1], hidden_sizes=[48, 96, 192, 384])), "pooler_output"),
-        (torch.randn(1, 3, 224, 224),), "pixel_values", "pooled"),
-    "llama": lambda: (_Field(transformers.LlamaForCausalLM(_eager(transformers.LlamaConfig(
+    "llama": lambda: _decoder(transformers.LlamaForCausalLM(_eager(transformers.LlamaConfig(
         num_hidden_layers=2, hidden_size=256, num_attention_heads=4, num_key_value_heads=2,
-        intermediate_size=688, vocab_size=2000, max_position_embeddings=256))), "logits"),
-        (torch.randint(0, 2000, (1, 64)),), "input_ids", "logits"),
+        intermediate_size=688, vocab_size=2000, max_position_embeddings=256)))),
     "whisper": lambda: (_Field(transformers.WhisperModel(_eager(transformers.WhisperConfig(
         d_model=192, encoder_layers=2, decoder_layers=1, encoder_attention_heads=3, decoder_attention_heads=3,
         encoder_ffn_dim=768, decoder_ffn_dim=768, vocab_size=2000, pad_token_id=0, bos_token_id=1, eos_token_id=2,
         decoder_start_token_id=1))).get_encoder(), "last_hidden_state"),
         (torch.randn(1, 80, 3000),), "input_features", "last_hidden_state"),
-    "swin": lambda: (_Field(transformers.SwinModel(_eager(transformers.SwinConfig(
+    "swin": lambda: _pixels(transformers.SwinModel(_eager(transformers.SwinConfig(
         embed_dim=48, depths=[2, 2], num_heads=[3, 6]))), "pooler_output"),
-        (torch.randn(1, 3, 224, 224),), "pixel_values", "pooled"),
-    "distilbert": lambda: (_Field(transformers.DistilBertModel(_eager(transformers.DistilBertConfig(
-        n_layers=2, dim=256, n_heads=4, hidden_dim=1024, vocab_size=2000))), "last_hidden_state"),
-        (torch.randint(0, 2000, (1, 128)),), "input_ids", "last_hidden_state"),
-    "clip_text": lambda: (_Field(transformers.CLIPTextModel(_eager(transformers.CLIPTextConfig(
+    "distilbert": lambda: _tokens(transformers.DistilBertModel(_eager(transformers.DistilBertConfig(
+        n_layers=2, dim=256, n_heads=4, hidden_dim=1024, vocab_size=2000)))),
+    "clip_text": lambda: _tokens(transformers.CLIPTextModel(_eager(transformers.CLIPTextConfig(
         hidden_size=256, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=4, vocab_size=2000,
-        max_position_embeddings=77, bos_token_id=0, eos_token_id=2))), "last_hidden_state"),
-        (torch.randint(0, 2000, (1, 77)),), "input_ids", "last_hidden_state"),
-    "efficientnet": lambda: (_Field(transformers.EfficientNetModel(transformers.EfficientNetConfig(
+        max_position_embeddings=77, bos_token_id=0, eos_token_id=2))), 77),
+    "efficientnet": lambda: _pixels(transformers.EfficientNetModel(transformers.EfficientNetConfig(
         image_size=224, width_coefficient=1.0, depth_coefficient=1.0, hidden_dim=1280)), "pooler_output"),
-        (torch.randn(1, 3, 224, 224),), "pixel_values", "pooled"),
-    "deberta": lambda: (_Field(transformers.DebertaV2Model(_eager(transformers.DebertaV2Config(
-        hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024, vocab_size=2000))),
-        "last_hidden_state"), (torch.randint(0, 2000, (1, 128)),), "input_ids", "last_hidden_state"),
-    "gpt_neox": lambda: (_Field(transformers.GPTNeoXForCausalLM(_eager(transformers.GPTNeoXConfig(
+    "deberta": lambda: _tokens(transformers.DebertaV2Model(_eager(transformers.DebertaV2Config(
+        hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024, vocab_size=2000)))),
+    "gpt_neox": lambda: _decoder(transformers.GPTNeoXForCausalLM(_eager(transformers.GPTNeoXConfig(
         hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024, vocab_size=2000,
-        rotary_pct=0.25))), "logits"), (torch.randint(0, 2000, (1, 64)),), "input_ids", "logits"),
-    "bloom": lambda: (_Field(transformers.BloomForCausalLM(_eager(transformers.BloomConfig(
-        hidden_size=256, n_layer=2, n_head=4, vocab_size=2000))), "logits"),
-        (torch.randint(0, 2000, (1, 64)),), "input_ids", "logits"),
-    "qwen2": lambda: (_Field(transformers.Qwen2ForCausalLM(_eager(transformers.Qwen2Config(
+        rotary_pct=0.25)))),
+    "bloom": lambda: _decoder(transformers.BloomForCausalLM(_eager(transformers.BloomConfig(
+        hidden_size=256, n_layer=2, n_head=4, vocab_size=2000)))),
+    "qwen2": lambda: _decoder(transformers.Qwen2ForCausalLM(_eager(transformers.Qwen2Config(
         hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=688,
-        vocab_size=2000, max_position_embeddings=256))), "logits"),
-        (torch.randint(0, 2000, (1, 64)),), "input_ids", "logits"),
-    **{name: (lambda make=make: (_Field(make(), "logits"), (torch.randint(0, 2000, (1, 64)),), "input_ids", "logits"))
-       for name, make in {
-           "gemma": lambda: transformers.GemmaForCausalLM(_eager(transformers.GemmaConfig(
-               **_SMALL_DECODER, num_key_value_heads=1, head_dim=64))),
-           "phi": lambda: transformers.PhiForCausalLM(_eager(transformers.PhiConfig(**_SMALL_DECODER))),
-           "mistral": lambda: transformers.MistralForCausalLM(_eager(transformers.MistralConfig(
-               **_SMALL_DECODER, num_key_value_heads=2, sliding_window=32))),
-           "gpt_bigcode": lambda: transformers.GPTBigCodeForCausalLM(_eager(transformers.GPTBigCodeConfig(
-               n_embd=256, n_layer=2, n_head=4, vocab_size=2000, multi_query=True))),
-           "opt": lambda: transformers.OPTForCausalLM(_eager(transformers.OPTConfig(
-               hidden_size=256, num_hidden_layers=2, num_attention_heads=4, ffn_dim=1024, vocab_size=2000,
-               word_embed_proj_dim=256))),
-           "falcon": lambda: transformers.FalconForCausalLM(_eager(transformers.FalconConfig(
-               hidden_size=256, num_hidden_layers=2, num_attention_heads=4, vocab_size=2000))),
-       }.items()},
-    "dinov2": lambda: (_Field(transformers.Dinov2Model(_eager(transformers.Dinov2Config(
-        hidden_size=192, num_hidden_layers=2, num_attention_heads=3, intermediate_size=768))), "last_hidden_state"),
-        (torch.randn(1, 3, 224, 224),), "pixel_values", "last_hidden_state"),
-    "beit": lambda: (_Field(transformers.BeitModel(_eager(transformers.BeitConfig(
+        vocab_size=2000, max_position_embeddings=256)))),
+    "gemma": lambda: _decoder(transformers.GemmaForCausalLM(_eager(transformers.GemmaConfig(
+        **_SMALL_DECODER, num_key_value_heads=1, head_dim=64)))),
+    "phi": lambda: _decoder(transformers.PhiForCausalLM(_eager(transformers.PhiConfig(**_SMALL_DECODER)))),
+    "mistral": lambda: _decoder(transformers.MistralForCausalLM(_eager(transformers.MistralConfig(
+        **_SMALL_DECODER, num_key_value_heads=2, sliding_window=32)))),
+    "gpt_bigcode": lambda: _decoder(transformers.GPTBigCodeForCausalLM(_eager(transformers.GPTBigCodeConfig(
+        n_embd=256, n_layer=2, n_head=4, vocab_size=2000, multi_query=True)))),
+    "opt": lambda: _decoder(transformers.OPTForCausalLM(_eager(transformers.OPTConfig(
+        hidden_size=256, num_hidden_layers=2, num_attention_heads=4, ffn_dim=1024, vocab_size=2000,
+        word_embed_proj_dim=256)))),
+    "falcon": lambda: _decoder(transformers.FalconForCausalLM(_eager(transformers.FalconConfig(
+        hidden_size=256, num_hidden_layers=2, num_attention_heads=4, vocab_size=2000)))),
+    "dinov2": lambda: _pixels(transformers.Dinov2Model(_eager(transformers.Dinov2Config(
+        hidden_size=192, num_hidden_layers=2, num_attention_heads=3, intermediate_size=768)))),
+    "beit": lambda: _pixels(transformers.BeitModel(_eager(transformers.BeitConfig(
         hidden_size=192, num_hidden_layers=2, num_attention_heads=3, intermediate_size=768,
-        use_relative_position_bias=True))), "last_hidden_state"),
-        (torch.randn(1, 3, 224, 224),), "pixel_values", "last_hidden_state"),
-    "mobilevit": lambda: (_Field(transformers.MobileViTModel(_eager(transformers.MobileViTConfig())), "pooler_output"),
-                          (torch.randn(1, 3, 256, 256),), "pixel_values", "pooled"),
-    "hubert": lambda: (_Field(transformers.HubertModel(_eager(transformers.HubertConfig(
-        hidden_size=192, num_hidden_layers=2, num_attention_heads=3, intermediate_size=768))), "last_hidden_state"),
-        (torch.randn(1, 16000),), "input_values", "last_hidden_state"),
-    "albert": lambda: (_Field(transformers.AlbertModel(_eager(transformers.AlbertConfig(
+        use_relative_position_bias=True)))),
+    "mobilevit": lambda: _pixels(transformers.MobileViTModel(_eager(transformers.MobileViTConfig())), "pooler_output",
+                                 256),
+    "hubert": lambda: _audio(transformers.HubertModel(_eager(transformers.HubertConfig(
+        hidden_size=192, num_hidden_layers=2, num_attention_heads=3, intermediate_size=768)))),
+    "albert": lambda: _tokens(transformers.AlbertModel(_eager(transformers.AlbertConfig(
         hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024, vocab_size=2000,
-        embedding_size=128))), "last_hidden_state"),
-        (torch.randint(0, 2000, (1, 128)),), "input_ids", "last_hidden_state"),
-    "t5": lambda: (_Field(transformers.T5EncoderModel(_eager(transformers.T5Config(
-        d_model=256, d_kv=64, d_ff=1024, num_layers=2, num_heads=4, vocab_size=2000))), "last_hidden_state"),
-        (torch.randint(0, 2000, (1, 128)),), "input_ids", "last_hidden_state"),
-    "bart": lambda: (_Field(transformers.BartModel(_eager(transformers.BartConfig(
+        embedding_size=128)))),
+    "t5": lambda: _tokens(transformers.T5EncoderModel(_eager(transformers.T5Config(
+        d_model=256, d_kv=64, d_ff=1024, num_layers=2, num_heads=4, vocab_size=2000)))),
+    "bart": lambda: _tokens(transformers.BartModel(_eager(transformers.BartConfig(
         d_model=256, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
-        encoder_ffn_dim=1024, decoder_ffn_dim=1024, vocab_size=2000, max_position_embeddings=256))),
-        "last_hidden_state"), (torch.randint(0, 2000, (1, 64)),), "input_ids", "last_hidden_state"),
-    "mpnet": lambda: (_Field(transformers.MPNetModel(_eager(transformers.MPNetConfig(
-        hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024, vocab_size=2000))),
-        "last_hidden_state"), (torch.randint(0, 2000, (1, 128)),), "input_ids", "last_hidden_state"),
-    "convbert": lambda: (_Field(transformers.ConvBertModel(_eager(transformers.ConvBertConfig(
+        encoder_ffn_dim=1024, decoder_ffn_dim=1024, vocab_size=2000, max_position_embeddings=256))), 64),
+    "mpnet": lambda: _tokens(transformers.MPNetModel(_eager(transformers.MPNetConfig(
+        hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024, vocab_size=2000)))),
+    "convbert": lambda: _tokens(transformers.ConvBertModel(_eager(transformers.ConvBertConfig(
         hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024, vocab_size=2000,
-        embedding_size=256))), "last_hidden_state"),
-        (torch.randint(0, 2000, (1, 128)),), "input_ids", "last_hidden_state"),
-    "squeezebert": lambda: (_Field(transformers.SqueezeBertModel(transformers.SqueezeBertConfig(
+        embedding_size=256)))),
+    "squeezebert": lambda: _tokens(transformers.SqueezeBertModel(transformers.SqueezeBertConfig(
         hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024, vocab_size=2000,
-        embedding_size=256)), "last_hidden_state"),
-        (torch.randint(0, 2000, (1, 128)),), "input_ids", "last_hidden_state"),
-    "wav2vec2": lambda: (_Field(transformers.Wav2Vec2Model(_eager(transformers.Wav2Vec2Config(
-        hidden_size=192, num_hidden_layers=2, num_attention_heads=3, intermediate_size=768))), "last_hidden_state"),
-        (torch.randn(1, 16000),), "input_values", "last_hidden_state"),
-    "segformer": lambda: (_Field(transformers.SegformerModel(transformers.SegformerConfig(
-        depths=[1, 1, 1, 1], hidden_sizes=[32, 64, 160, 256])), "last_hidden_state"),
-        (torch.randn(1, 3, 224, 224),), "pixel_values", "last_hidden_state"),
-    "swinv2": lambda: (_Field(transformers.Swinv2Model(_eager(transformers.Swinv2Config(
-        embed_dim=48, depths=[2, 2], num_heads=[2, 4]))), "last_hidden_state"),
-        (torch.randn(1, 3, 224, 224),), "pixel_values", "last_hidden_state"),
-    "levit": lambda: (_Field(transformers.LevitModel(transformers.LevitConfig()), "last_hidden_state"),
-                      (torch.randn(1, 3, 224, 224),), "pixel_values", "last_hidden_state"),
-    "poolformer": lambda: (_Field(transformers.PoolFormerModel(transformers.PoolFormerConfig(
-        depths=[1, 1, 2, 1])), "last_hidden_state"),
-        (torch.randn(1, 3, 224, 224),), "pixel_values", "last_hidden_state"),
-    "regnet": lambda: (_Field(transformers.RegNetModel(transformers.RegNetConfig()), "pooler_output"),
-                       (torch.randn(1, 3, 224, 224),), "pixel_values", "pooled"),
+        embedding_size=256))),
+    "wav2vec2": lambda: _audio(transformers.Wav2Vec2Model(_eager(transformers.Wav2Vec2Config(
+        hidden_size=192, num_hidden_layers=2, num_attention_heads=3, intermediate_size=768)))),
+    "segformer": lambda: _pixels(transformers.SegformerModel(transformers.SegformerConfig(
+        depths=[1, 1, 1, 1], hidden_sizes=[32, 64, 160, 256]))),
+    "swinv2": lambda: _pixels(transformers.Swinv2Model(_eager(transformers.Swinv2Config(
+        embed_dim=48, depths=[2, 2], num_heads=[2, 4])))),
+    "levit": lambda: _pixels(transformers.LevitModel(transformers.LevitConfig())),
+    "poolformer": lambda: _pixels(transformers.PoolFormerModel(transformers.PoolFormerConfig(depths=[1, 1, 2, 1]))),
+    "regnet": lambda: _pixels(transformers.RegNetModel(transformers.RegNetConfig()), "pooler_output"),
 }
 
 
