@@ -42,6 +42,13 @@ def _gemm_dims(task):
     return math.prod(a[:-1]), out[-1], a[-1]
 
 
+def _sms_problem(config, target):
+    """Persistent programs are launched one per SM: NUM_SMS is the target's count, nothing else."""
+    if config["NUM_SMS"] != target.profile.cores:
+        return f"NUM_SMS={config['NUM_SMS']} is not the target's SM count ({target.profile.cores})"
+    return None
+
+
 def _accumulator_problem(rows, cols, num_warps, target):
     """An fp32 rows x cols accumulator over more than 128 registers a thread spills."""
     threads = num_warps * target.profile.warp_size

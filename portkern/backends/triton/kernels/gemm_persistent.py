@@ -21,10 +21,8 @@ DEFAULT = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "NUM_SMS
 
 
 def constraints(task, config, target):
-    if config["NUM_SMS"] != target.profile.cores:
-        return f"NUM_SMS={config['NUM_SMS']} is not the target's SM count ({target.profile.cores})"
-    return _residual_problem(task) or _accumulator_problem(config["BLOCK_M"], config["BLOCK_N"],
-                                                            config["num_warps"], target)
+    return (_sms_problem(config, target) or _residual_problem(task)
+            or _accumulator_problem(config["BLOCK_M"], config["BLOCK_N"], config["num_warps"], target))
 
 
 @triton.jit
