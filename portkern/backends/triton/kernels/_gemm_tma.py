@@ -99,6 +99,8 @@ def _launch_tma(task, config, p, a, a_strides, b, b_strides, out):
     block_m, block_n, block_k = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
     b_transposed = bool(task.attr("trans_b", False))
     if config["WARP_SPECIALIZE"]:  # the kernel makes the descriptors, over the operands' rows
+        if config["TMA_STORE"]:
+            _unit_column_stride(p.stride_c, "the output")
         a_desc, b_desc, c_desc = a, b, out
     else:
         a_desc = TensorDescriptor(a, [p.M, p.K], list(a_strides), [block_m, block_k])

@@ -46,4 +46,3 @@ def _unit_column_stride(strides, what):
     if strides[1] != 1:
         raise ValueError(f"TMA: {what}'s rows are not contiguous (strides {tuple(strides)})")
     return strides[0]
-
