@@ -220,20 +220,6 @@ def test_attention_reads_k_and_v_through_descriptors(task: Task) -> None:
         run_gate(variant, config, task)
 
 
-def test_attention_runs_causal_query_blocks_heaviest_first() -> None:
-    """HEAVY_FIRST: program i takes the (n-1-i)th query block; every block, the partial last one
-    included, still gets its own rows and key range (more keys than queries: bottom-right causal)."""
-    variant = VARIANTS["attention_flash"]
-    task = synthetic.attention_task(2, 2, 37, 16, "float16", seq_kv=45, causal=True, mask=True)
-    for tma in (False, True):
-        config = {**variant.default, "HEAVY_FIRST": True, "TMA": tma, "BLOCK_M": 16, "BLOCK_N": 16}
-        assert _valid(variant, config, task)
-        run_gate(variant, config, task)
-    reason = BACKEND.check(Candidate.of(variant, {**variant.default, "HEAVY_FIRST": True}),
-                           synthetic.attention_task(1, 2, 37, 16, "float16"))
-    assert reason is not None and "causal" in reason
-
-
 def test_attention_tma_refuses_keys_read_across_rows() -> None:
     variant = VARIANTS["attention_flash"]
     task = synthetic.attention_task(1, 2, 17, 8, "float16", k_transposed=True, mask=True)  # K rows of 17

@@ -2,9 +2,9 @@
 # include: attention_core
 # include: tma_rules
 
-SPACE = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64, 128], "TMA": [False, True], "HEAVY_FIRST": [False, True],
-         "num_warps": [2, 4, 8], "num_stages": [1, 2, 3, 4]}
-DEFAULT = {"BLOCK_M": 64, "BLOCK_N": 32, "TMA": False, "HEAVY_FIRST": False, "num_warps": 4, "num_stages": 2}
+SPACE = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64, 128], "TMA": [False, True], "num_warps": [2, 4, 8],
+         "num_stages": [1, 2, 3, 4]}
+DEFAULT = {"BLOCK_M": 64, "BLOCK_N": 32, "TMA": False, "num_warps": 4, "num_stages": 2}
 
 
 def _tma_kv_problem(task, target):
@@ -32,17 +32,9 @@ def _kv_descriptors(p, block_n):
             TensorDescriptor(v, list(v.shape), list(v.stride()), [1, 1, block_n, block_d]))
 
 
-def _heavy_first_problem(task):
-    """HEAVY_FIRST orders query blocks by their key count, which only a causal mask makes unequal."""
-    if not task.attr("causal", False):
-        return "HEAVY_FIRST: without a causal mask every query block sees the same keys"
-    return None
-
-
 def constraints(task, config, target):
     return (_dot_precision_problem(task, target) or _head_dim_problem(task)
-            or (config["TMA"] and _tma_kv_problem(task, target))
-            or (config["HEAVY_FIRST"] and _heavy_first_problem(task)) or _register_problem(task, config, target) or None)
+            or (config["TMA"] and _tma_kv_problem(task, target)) or _register_problem(task, config, target) or None)
 
 
 def shared_memory(task, config):
@@ -55,10 +47,8 @@ def _flash_attention(q_ptr, k_ptr, v_ptr, k_desc, v_desc, mask_ptr, o_ptr, H, S,
                      sm_b, sm_h, sm_s, sm_k, so_b, so_h, so_s, so_d,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                      HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, TMA: tl.constexpr,
-                     K_TRANSPOSED: tl.constexpr, HEAVY_FIRST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                     K_TRANSPOSED: tl.constexpr, DOT_PRECISION: tl.constexpr):
     block = tl.program_id(0)
-    if HEAVY_FIRST:  # causal: the last query blocks see the most keys; launched first, the light ones fill the tail
-        block = tl.num_programs(0) - 1 - block
     b32 = tl.program_id(1) // H
     b = b32.to(tl.int64)
     h = tl.program_id(1) % H
@@ -81,5 +71,5 @@ def launch(task, config, inputs, outputs):
     k_desc, v_desc = _kv_descriptors(p, config["BLOCK_N"]) if config["TMA"] else p.tensors[1:3]
     _flash_attention[grid](*p.tensors[:3], k_desc, v_desc, p.mask, out, p.heads, p.seq, p.seq_kv, p.head_dim,
                            p.scale_log2, *p.strides, *out.stride(), BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"],
-                           **p.flags, TMA=config["TMA"], K_TRANSPOSED=p.k_transposed, HEAVY_FIRST=config["HEAVY_FIRST"],
+                           **p.flags, TMA=config["TMA"], K_TRANSPOSED=p.k_transposed,
                            num_warps=config["num_warps"], num_stages=config["num_stages"])
