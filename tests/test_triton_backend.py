@@ -177,19 +177,6 @@ def test_matrix_variant_builds_hsaco_for_gfx942(name: str) -> None:
     _assert_report(compile_for(Candidate.of(variant, config), task, "gfx942"), "gfx942")
 
 
-def test_warp_specialized_gemm_gets_a_producer_and_two_consumer_warpgroups() -> None:
-    """Triton drops warp_specialize without a word where it cannot apply it: the sm_90 binary must
-    run three warpgroups (12 warps from num_warps=4) that trade registers (setmaxnreg)."""
-    variant = SERVED["gemm_tma"][0]
-    task = synthetic.gemm_task(4096, 768, 3072, "float16", trans_b=True, bias=True, activation="gelu")
-    config = {**variant.default, "WARP_SPECIALIZE": True, "FLATTEN": False, "num_warps": 4, "BLOCK_N": 128}
-    assert BACKENDS["sm_90"].check(Candidate.of(variant, config), task) is None
-    kernel = compile_for(Candidate.of(variant, config), task, "sm_90")["kernels"][0]
-    assert kernel["num_warps"] == 12 and "setmaxnreg.dec" in kernel["asm"]["ptx"]
-    plain = compile_for(Candidate.of(variant, {**config, "WARP_SPECIALIZE": False}), task, "sm_90")["kernels"][0]
-    assert plain["num_warps"] == 4 and "setmaxnreg" not in plain["asm"]["ptx"]
-
-
 def test_every_gpu_profile_has_a_cross_compiler() -> None:
     """compile() without a GPU cross-compiles for the target's arch: every GPU profile needs one."""
     profiles = [load_profile(name) for name in available_targets()]

@@ -171,32 +171,6 @@ def test_tma_store_epilogue_clips_the_edge_tiles(name: str, task: Task) -> None:
         run_gate(variant, config, task)
 
 
-@pytest.mark.parametrize("task", [
-    synthetic.gemm_task(300, 200, 136, "float16", trans_b=True, bias=True, activation="gelu", residual=True),
-    synthetic.gemm_task(37, 48, 72, "float16", bias=True, activation="relu", batch=(2,)),
-], ids=["trans-b", "batched"])
-def test_warp_specialized_tma_gemm_makes_its_own_descriptors(task: Task) -> None:
-    """WARP_SPECIALIZE: the kernel makes A's, B's (and with TMA_STORE the output's) descriptors from
-    the operands (Triton's Hopper warp specialization fails on host-made ones); the edges are still
-    zero-filled and clipped and the epilogue fuses."""
-    variant = VARIANTS["gemm_tma"]
-    for block, store in ((64, False), (128, True)):
-        config = {**variant.default, "WARP_SPECIALIZE": True, "FLATTEN": False, "num_warps": 4,
-                  "BLOCK_M": block, "BLOCK_N": block, "TMA_STORE": store}
-        assert _valid(variant, config, task)
-        run_gate(variant, config, task)
-
-
-def test_warp_specialize_refuses_what_triton_would_ignore() -> None:
-    variant = VARIANTS["gemm_tma"]
-    task = synthetic.gemm_task(300, 200, 136, "float16", trans_b=True)
-    config = {**variant.default, "WARP_SPECIALIZE": True, "FLATTEN": False, "num_warps": 4, "BLOCK_N": 128}
-    assert _valid(variant, config, task)
-    for change in ({"num_warps": 8}, {"FLATTEN": True}):
-        reason = BACKEND.check(Candidate.of(variant, {**config, **change}), task)
-        assert reason is not None and "WARP_SPECIALIZE" in reason
-
-
 def test_tma_store_refuses_misaligned_output_rows() -> None:
     variant = VARIANTS["gemm_tma_staged"]
     task = synthetic.gemm_task(37, 50, 70, "float16", bias=True)

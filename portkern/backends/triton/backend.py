@@ -71,17 +71,6 @@ class InterpreterLimitError(PortkernError):
     """The Triton interpreter (no GPU here) cannot run this task correctly."""
 
 
-def _torch_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
-    return torch.empty(size, dtype=torch.uint8, device="cuda")  # the current device, as the launch's
-
-
-def _use_torch_scratch() -> None:
-    """A kernel that makes tensor descriptors (warp-specialized TMA variants) asks the host for a
-    global scratch buffer at each launch: it comes from torch's caching allocator. Triton keeps the
-    allocator in a ContextVar, so it is set in the launching thread, before each launch."""
-    triton.set_allocator(_torch_scratch)
-
-
 @dataclass
 class _TritonProgram:
     """A loaded candidate: its module's launch with the task, config and workspace bound."""
@@ -93,8 +82,6 @@ class _TritonProgram:
     interpret: bool
 
     def __call__(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
-        if not self.interpret:
-            _use_torch_scratch()
         with interpreted_language() if self.interpret else contextlib.nullcontext():
             self.module.launch(self.task, self.config, list(inputs), [*outputs, *self.scratch])
 
@@ -209,7 +196,6 @@ class TritonBackend(Backend):
         else:  # torch.empty allocates without a kernel
             buffers = [torch.empty(spec.shape, dtype=torch_dtype(spec.dtype), device=self.device) for spec in specs]
         inputs, outputs = buffers[:len(task.inputs)], buffers[len(task.inputs):]
-        _use_torch_scratch()
         try:
             launches = record_launches(module, lambda: module.launch(task, config, inputs, outputs),
                                        mode="run" if self.compile_launches else "build")

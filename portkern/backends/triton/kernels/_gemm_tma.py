@@ -6,32 +6,15 @@
 
 SPACE = {"BLOCK_M": [64, 128, 256], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128],
          "GROUP_M": [1, 8, 16], "NUM_SMS": [58, 108, 132, 304], "FLATTEN": [False, True],
-         "TMA_STORE": [False, True], "WARP_SPECIALIZE": [False, True], "num_warps": [4, 8],
-         "num_stages": [2, 3, 4, 5]}
+         "TMA_STORE": [False, True], "num_warps": [4, 8], "num_stages": [2, 3, 4, 5]}
 DEFAULT = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "NUM_SMS": 132, "FLATTEN": True,
-           "TMA_STORE": False, "WARP_SPECIALIZE": False, "num_warps": 8, "num_stages": 3}
-
-
-def _warp_specialize_problem(config):
-    """Triton (3.5 and later) warp-specializes the tile loop on sm_90 only from num_warps=4 (it adds
-    the producer and the second consumer warpgroup) and not in a flattened loop; otherwise it
-    compiles the plain loop without a word, so such a config would only repeat another."""
-    if config["WARP_SPECIALIZE"] and (config["num_warps"] != 4 or config["FLATTEN"]):
-        return "WARP_SPECIALIZE needs num_warps=4 and FLATTEN=False (Triton ignores it otherwise)"
-    return None
-
-
-def _consumer_warps(config):
-    """Warps that hold the accumulator: warp specialization splits each tile between two consumer
-    warpgroups of num_warps each."""
-    return config["num_warps"] * (2 if config["WARP_SPECIALIZE"] else 1)
+           "TMA_STORE": False, "num_warps": 8, "num_stages": 3}
 
 
 def _tma_config_problem(task, config, target):
     """Why this config cannot run the TMA GEMM on operands TMA can read, or None."""
-    return (_sms_problem(config, target) or _warp_specialize_problem(config) or _store_problem(task, config)
-            or _residual_problem(task)
-            or _accumulator_problem(config["BLOCK_M"], config["BLOCK_N"], _consumer_warps(config), target))
+    return (_sms_problem(config, target) or _store_problem(task, config) or _residual_problem(task)
+            or _accumulator_problem(config["BLOCK_M"], config["BLOCK_N"], config["num_warps"], target))
 
 
 def shared_memory(task, config):
@@ -52,24 +35,12 @@ def _store_problem(task, config):
 
 
 @triton.jit
-def _gemm_tma(a_desc, b_desc, c_desc, c_ptr, bias_ptr, res_ptr, M, N, K, stride_am, stride_b, stride_cm, stride_cn,
-              stride_rm, stride_rn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              GROUP_M: tl.constexpr, B_TRANSPOSED: tl.constexpr, FLATTEN: tl.constexpr, TMA_STORE: tl.constexpr,
-              WARP_SPECIALIZE: tl.constexpr, ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr,
-              HAS_RESIDUAL: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """With WARP_SPECIALIZE the *_desc arguments are the operands themselves and the descriptors are
-    made here: Triton's Hopper warp specialization fails on descriptors made by the host."""
-    if WARP_SPECIALIZE:
-        a_desc = tl.make_tensor_descriptor(a_desc, [M, K], [stride_am, 1], [BLOCK_M, BLOCK_K])
-        if B_TRANSPOSED:
-            b_desc = tl.make_tensor_descriptor(b_desc, [N, K], [stride_b, 1], [BLOCK_N, BLOCK_K])
-        else:
-            b_desc = tl.make_tensor_descriptor(b_desc, [K, N], [stride_b, 1], [BLOCK_K, BLOCK_N])
-        if TMA_STORE:
-            c_desc = tl.make_tensor_descriptor(c_desc, [M, N], [stride_cm, 1], [BLOCK_M, BLOCK_N])
+def _gemm_tma(a_desc, b_desc, c_desc, c_ptr, bias_ptr, res_ptr, M, N, K, stride_cm, stride_cn, stride_rm, stride_rn,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+              B_TRANSPOSED: tl.constexpr, FLATTEN: tl.constexpr, TMA_STORE: tl.constexpr, ACTIVATION: tl.constexpr,
+              HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, DOT_PRECISION: tl.constexpr):
     tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0), flatten=FLATTEN,
-                         warp_specialize=WARP_SPECIALIZE):
+    for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0), flatten=FLATTEN):
         block_m, block_n = _swizzle(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         first_row = block_m * BLOCK_M
         first_col = block_n * BLOCK_N
@@ -98,20 +69,13 @@ def _launch_tma(task, config, p, a, a_strides, b, b_strides, out):
     carry p's logical sizes, so TMA zero-fills past every edge and never reads a copy's padding."""
     block_m, block_n, block_k = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
     b_transposed = bool(task.attr("trans_b", False))
-    if config["WARP_SPECIALIZE"]:  # the kernel makes the descriptors, over the operands' rows
-        if config["TMA_STORE"]:
-            _unit_column_stride(p.stride_c, "the output")
-        a_desc, b_desc, c_desc = a, b, out
-    else:
-        a_desc = TensorDescriptor(a, [p.M, p.K], list(a_strides), [block_m, block_k])
-        b_desc = _b_descriptor(task, p, b, b_strides, block_n, block_k)
-        # the output's descriptor is built (and checked) only where the kernel stores through it
-        c_desc = (TensorDescriptor(out, [p.M, p.N], list(p.stride_c), [block_m, block_n]) if config["TMA_STORE"]
-                  else a_desc)
+    a_desc = TensorDescriptor(a, [p.M, p.K], list(a_strides), [block_m, block_k])
+    b_desc = _b_descriptor(task, p, b, b_strides, block_n, block_k)
+    # the output's descriptor is built (and checked) only where the kernel stores through it
+    c_desc = TensorDescriptor(out, [p.M, p.N], list(p.stride_c), [block_m, block_n]) if config["TMA_STORE"] else a_desc
     tiles = triton.cdiv(p.M, block_m) * triton.cdiv(p.N, block_n)
     _gemm_tma[(min(tiles, config["NUM_SMS"]),)](
-        a_desc, b_desc, c_desc, out, p.bias, p.residual, p.M, p.N, p.K, _unit_column_stride(a_strides, "A"),
-        _unit_column_stride(b_strides, "B"), *p.stride_c, *p.stride_r, BLOCK_M=block_m, BLOCK_N=block_n,
-        BLOCK_K=block_k, GROUP_M=config["GROUP_M"], B_TRANSPOSED=b_transposed, FLATTEN=config["FLATTEN"],
-        TMA_STORE=config["TMA_STORE"], WARP_SPECIALIZE=config["WARP_SPECIALIZE"], **p.epilogue,
+        a_desc, b_desc, c_desc, out, p.bias, p.residual, p.M, p.N, p.K, *p.stride_c, *p.stride_r,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config["GROUP_M"],
+        B_TRANSPOSED=b_transposed, FLATTEN=config["FLATTEN"], TMA_STORE=config["TMA_STORE"], **p.epilogue,
         DOT_PRECISION=DOT_PRECISION, num_warps=config["num_warps"], num_stages=config["num_stages"])

@@ -39,10 +39,3 @@ def _b_descriptor(task, p, b, b_strides, block_n, block_k):
     if task.attr("trans_b", False):
         return TensorDescriptor(b, [p.N, p.K], list(b_strides), [block_n, block_k])
     return TensorDescriptor(b, [p.K, p.N], list(b_strides), [block_k, block_n])
-
-
-def _unit_column_stride(strides, what):
-    """The row stride of a (row, column) pair whose columns are contiguous, as every TMA tile needs."""
-    if strides[1] != 1:
-        raise ValueError(f"TMA: {what}'s rows are not contiguous (strides {tuple(strides)})")
-    return strides[0]

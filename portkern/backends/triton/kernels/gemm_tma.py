@@ -3,10 +3,7 @@
 TMA copies whole tiles into shared memory asynchronously and masks the edges in hardware, so the
 main loop carries no address arithmetic and no masks, and wgmma reads its operands from shared
 memory: the pipeline depth (num_stages) and the tile shape are what is left to tune. FLATTEN lets
-Triton's pipeliner run one tile's loads under the previous tile's epilogue; WARP_SPECIALIZE has
-Triton (3.5+) split the tile loop into a producer warpgroup that issues the copies and two consumer
-warpgroups that share each tile's products and epilogue, handing buffers over through mbarriers
-(cuBLAS's cooperative schedule; the kernel then makes its own descriptors). Needs sm_90 or newer,
+Triton's pipeliner run one tile's loads under the previous tile's epilogue. Needs sm_90 or newer,
 rows of A and B contiguous and 16-byte aligned (K, and N for an untransposed B, multiples of 8 for
 16-bit data; gemm_tma_staged copies misaligned operands first); the epilogue (bias, activation,
 residual) is gemm_tiled's.
