@@ -20,7 +20,7 @@ import torch
 from portkern import synthetic
 from portkern.backends import get_backend
 from portkern.backends.base import Artifact, Candidate, Variant
-from portkern.backends.triton.modules import builtin_variants
+from portkern.backends.triton.modules import builtin_variants, kernel_module
 from portkern.hwprofile import load_target
 from portkern.tasks import Task
 from portkern.verify import GateOptions, verify
@@ -169,6 +169,35 @@ def test_tma_store_epilogue_clips_the_edge_tiles(name: str, task: Task) -> None:
         config = {**variant.default, "TMA_STORE": True, "BLOCK_M": block, "BLOCK_N": block, "FLATTEN": block == 64}
         assert _valid(variant, config, task)
         run_gate(variant, config, task)
+
+
+def test_tma_gemm_runs_its_last_rows_in_half_tiles() -> None:
+    """HALF_TAIL: 1673 rows in 128-high tiles are 14 x 10 = 140 tiles for 132 programs (two rounds
+    for 8 of them); the split keeps 13 row blocks whole (130 tiles) and runs the last 9 rows as
+    ten 64-high tiles, dealt on after the full ones. The epilogue fuses in both phases."""
+    variant = VARIANTS["gemm_tma"]
+    task = synthetic.gemm_task(1673, 640, 72, "float16", trans_b=True, bias=True, activation="gelu", residual=True)
+    module = kernel_module(variant, interpret=True)
+    for store in (False, True):
+        config = {**variant.default, "BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "HALF_TAIL": True,
+                  "TMA_STORE": store, "num_warps": 4}
+        assert module._half_tail_split(1673, 640, config) == 1664
+        assert _valid(variant, config, task)
+        run_gate(variant, config, task)
+
+
+def test_half_tail_split_evens_out_the_waves() -> None:
+    """4096 x 768 in 128 x 128 tiles: 192 tiles take two rounds on 132 SMs; 22 row blocks whole
+    (132 tiles) and 20 half ones (120 tiles) take 1.5. Where nothing evens out, the option is refused."""
+    variant = VARIANTS["gemm_tma"]
+    module = kernel_module(variant, interpret=True)
+    config = {**variant.default, "BLOCK_M": 128, "BLOCK_N": 128, "HALF_TAIL": True}
+    assert module._half_tail_split(4096, 768, config) == 22 * 128
+    assert module._heaviest_share(132, 120, 132) == 1.5 and module._heaviest_share(192, 0, 132) == 2.0
+    for task, change in ((synthetic.gemm_task(4096, 4096, 64, "float16"), {"BLOCK_N": 256}),  # 4 rounds exactly
+                         (synthetic.gemm_task(4096, 768, 64, "float16"), {"BLOCK_M": 64})):
+        reason = BACKEND.check(Candidate.of(variant, {**config, **change}), task)
+        assert reason is not None and "HALF_TAIL" in reason
 
 
 def test_tma_store_refuses_misaligned_output_rows() -> None:

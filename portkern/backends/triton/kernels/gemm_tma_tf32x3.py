@@ -21,4 +21,4 @@ DOT_PRECISION = "tf32x3"
 # fp32 tiles are twice gemm_tma's bytes, and the split keeps each operand's tf32 halves in shared
 # memory too: its 128x256x64 default cannot fit, 128x128x32 can (131 KB compiled for sm_90)
 DEFAULT = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "NUM_SMS": 132,
-           "FLATTEN": True, "TMA_STORE": False, "num_warps": 8, "num_stages": 3}
+           "FLATTEN": True, "TMA_STORE": False, "HALF_TAIL": False, "num_warps": 8, "num_stages": 3}
