@@ -3,10 +3,11 @@
 TMA copies whole tiles into shared memory asynchronously and masks the edges in hardware, so the
 main loop carries no address arithmetic and no masks, and wgmma reads its operands from shared
 memory: the pipeline depth (num_stages) and the tile shape are what is left to tune. FLATTEN lets
-Triton's pipeliner run one tile's loads under the previous tile's epilogue. Needs sm_90 or newer,
-rows of A and B contiguous and 16-byte aligned (K, and N for an untransposed B, multiples of 8 for
-16-bit data; gemm_tma_staged copies misaligned operands first); the epilogue (bias, activation,
-residual) is gemm_tiled's.
+Triton's pipeliner run one tile's loads under the previous tile's epilogue; HALF_TAIL runs the last
+rows in half-height tiles so the programs' shares of tiles come out even (wave quantization). Needs
+sm_90 or newer, rows of A and B contiguous and 16-byte aligned (K, and N for an untransposed B,
+multiples of 8 for 16-bit data; gemm_tma_staged copies misaligned operands first); the epilogue
+(bias, activation, residual) is gemm_tiled's.
 """
 import math
 
