@@ -194,6 +194,13 @@ def test_half_tail_split_evens_out_the_waves() -> None:
     config = {**variant.default, "BLOCK_M": 128, "BLOCK_N": 128, "HALF_TAIL": True}
     assert module._half_tail_split(4096, 768, config) == 22 * 128
     assert module._heaviest_share(132, 120, 132) == 1.5 and module._heaviest_share(192, 0, 132) == 2.0
+    rng = random.Random(0)
+    for _ in range(300):  # the closed form against dealing the tiles out one by one
+        programs, full, half = rng.choice((5, 58, 132)), rng.randint(0, 400), rng.randint(1, 400)
+        shares = [0.0] * programs
+        for index in range(full + half):
+            shares[index % programs] += 1.0 if index < full else 0.5
+        assert module._heaviest_share(full, half, programs) == max(shares), (full, half, programs)
     for task, change in ((synthetic.gemm_task(4096, 4096, 64, "float16"), {"BLOCK_N": 256}),  # 4 rounds exactly
                          (synthetic.gemm_task(4096, 768, 64, "float16"), {"BLOCK_M": 64})):
         reason = BACKEND.check(Candidate.of(variant, {**config, **change}), task)

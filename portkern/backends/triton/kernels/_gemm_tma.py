@@ -41,9 +41,10 @@ def _heaviest_share(full, half, programs):
     half tiles are dealt round-robin to `programs` programs: the first full % programs programs
     get one full tile more, and the half tiles' extra round starts where the full ones stopped."""
     extra_full, extra_half = full % programs, half % programs
-    base = full // programs + 0.5 * (half // programs)
-    return base + max(1.0 + (0.5 if extra_half > programs - extra_full else 0.0) if extra_full else 0.0,
-                      0.5 if extra_half else 0.0)
+    extra = 0.5 if extra_half else 0.0
+    if extra_full:  # their extra half tile comes only if the half tiles' last round wraps around to them
+        extra = max(extra, 1.0 + (0.5 if extra_half > programs - extra_full else 0.0))
+    return full // programs + 0.5 * (half // programs) + extra
 
 
 def _half_tail_problem(task, config):
