@@ -367,6 +367,15 @@ def test_sass_loop_model_finds_attentions_key_loops() -> None:
     assert 0 < whole["tensor_share_bound"] < 1 and whole["tensor_share_if_overlapped"] >= whole["tensor_share_bound"]
 
 
+def test_gluon_attention_probe_builds_for_sm90_with_a_product_in_flight() -> None:
+    """The Gluon probe cross-compiles here: its kernel waits with one wgmma group outstanding
+    (q k^T done, p v still running), and fits without spills at head dims 64 and 128."""
+    probe = _ops_script("gluon_attention_probe")
+    rows = probe.compile_only([(64, 64, 2, True)])
+    assert len(rows) == 4 and all(row["ok"] for row in rows), rows
+    assert all("1" in row["waits"] and row["spills"] == 0 for row in rows)
+
+
 def test_time_once_and_fingerprint() -> None:
     backend = BACKENDS["sm_90"]
     assert backend.time_once(lambda: None) >= 0.0
