@@ -20,7 +20,8 @@ from portkern.profile import floor_seconds
 from portkern.search.proposers import Feedback, RulesProposer
 from portkern.search.records import RecordLog, TrialRecord
 from portkern.search.records import Measurement
-from portkern.search.strategy import ArtifactStore, SearchOptions, VariantAllocator, search_workload, space_size
+from portkern.search.strategy import (ArtifactStore, SearchOptions, VariantAllocator, search_workload, space_size,
+                                     switch_neighbours)
 from portkern.search.worker import InProcessRunner, TrialJob
 from portkern.profile import TaskProfile
 from portkern.search.strategy import SearchResult
@@ -251,6 +252,61 @@ def test_efficiency_replays_a_measured_table(backend, tmp_path: Path) -> None:
     assert replayed(64, 32).status == "invalid"
     assert replayed(64, 64).status == "compile_error"
     assert replayed(32, 64).seconds == 1e-5
+
+
+def test_a_table_measured_before_a_parameter_existed_replays_at_its_default(backend) -> None:
+    """Entries without a parameter the variant gained later (gemm_tma's HALF_TAIL) were measured
+    with its default: they replay as that config, not as configs of another variant."""
+    efficiency = _efficiency_benchmark()
+    old = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "NUM_SMS": 132, "FLATTEN": True,
+           "TMA_STORE": False, "num_warps": 8, "num_stages": 3}
+    task = {"kind": "gemm", "m": 4096, "n": 768, "k": 768, "dtype": "float16", "trans_b": True, "bias": False,
+            "activation": "none", "residual": False}
+    entries = [{"variant": "gemm_tma", "config": {**old, "num_stages": stages}, "seconds": 1e-5 * stages,
+                "status": "ok", "reason": ""} for stages in (3, 4)]
+    table = {"device": "made up", "target": "h200", "backend": "triton", "date": "2026-12-06", "command": "test",
+             "versions": {}, "method": "made up", "cases": [{"case": "old", "task": task, "entries": entries,
+                                                             "complete": True}]}
+    (case,) = list(efficiency.table_cases(table))
+    (variant,) = case.variants
+    assert variant.space["HALF_TAIL"] == (False,) and variant.space["num_stages"] == (3, 4)
+    assert len(case.outcomes) == 2
+
+
+def test_a_new_best_puts_its_switch_neighbours_next(backend, tmp_path: Path) -> None:
+    """Each on/off parameter of a new best is flipped, one at a time, and those configs are the
+    search's next trials: a switch that pays only on the right tile gets tried on it. Replayed on
+    a made-up table of 36 tiles where only the default with TMA_STORE on beats the default."""
+    efficiency = _efficiency_benchmark()
+    variant = next(v for v in backend.variants(gemm_task(4096, 768, 768, "float16", trans_b=True))
+                   if v.name == "gemm_tma")
+    flips = switch_neighbours(Candidate.of(variant, variant.default))
+    assert [next(k for k in flip if flip[k] != variant.default[k]) for flip in flips] == [
+        "FLATTEN", "HALF_TAIL", "TMA_STORE"]
+
+    def seconds(config: dict) -> float:
+        if config == {**variant.default, "TMA_STORE": True}:
+            return 1e-5
+        return 2e-5 if config == dict(variant.default) else 5e-5
+
+    configs = [{**variant.default, "BLOCK_M": m, "BLOCK_N": n, "FLATTEN": flatten, "TMA_STORE": store}
+               for m in (64, 128, 256) for n in (64, 128, 256) for flatten in (False, True) for store in (False, True)]
+    task = {"kind": "gemm", "m": 4096, "n": 768, "k": 768, "dtype": "float16", "trans_b": True, "bias": False,
+            "activation": "none", "residual": False}
+    table = {"device": "made up", "target": "h200", "backend": "triton", "date": "2026-12-06", "command": "test",
+             "versions": {}, "method": "made up",
+             "cases": [{"case": "switches", "task": task, "complete": True, "entries": [
+                 {"variant": "gemm_tma", "config": c, "seconds": seconds(c), "status": "ok", "reason": ""}
+                 for c in configs]}]}
+    (case,) = list(efficiency.table_cases(table))
+    result = search_workload(case.task, case.variants, efficiency.TableRunner(case),
+                             storage=optuna.storages.InMemoryStorage(), log=RecordLog(tmp_path / "r.jsonl"),
+                             store=ArtifactStore(tmp_path / "artifacts"), floor_seconds=0.0, backend="triton",
+                             options=SearchOptions(trials=3, patience=10, seed=0))
+    measured = [r.config for r in result.records if r.status != "invalid"]  # HALF_TAIL's flip: no entry
+    assert measured == [dict(variant.default), {**variant.default, "FLATTEN": False},
+                        {**variant.default, "TMA_STORE": True}]
+    assert result.best is not None and result.best.seconds == 1e-5
 
 
 def test_variant_allocator_balances_variants_then_drops_the_clear_losers() -> None:

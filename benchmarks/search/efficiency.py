@@ -53,7 +53,8 @@ from portkern.backends.base import Artifact, Backend, Candidate, Variant
 from portkern.hwprofile import load_target
 from portkern.priors import table_task
 from portkern.search.records import Measurement, RecordLog, TrialRecord
-from portkern.search.strategy import ArtifactStore, SearchOptions, all_configs, search_workload, space_size
+from portkern.search.strategy import (ArtifactStore, SearchOptions, all_configs, completed_config, search_workload,
+                                     space_size)
 from portkern.search.worker import TrialJob
 from portkern.synthetic import gemm_task, layernorm_task, rmsnorm_task, softmax_task
 from portkern.tasks import Task
@@ -132,18 +133,20 @@ def table_cases(table: Mapping[str, Any]) -> Iterator[Case]:
             print(f"{case['case']}: table not complete, skipped", flush=True)
             continue
         task = table_task(case["task"])
-        entries: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+        library = {v.name: v for v in backend.variants(task)}
+        # each entry's config as the variant's space holds it now: parameters added since the table
+        # was measured take their defaults (the behaviour measured); a config that no longer fits is left out
+        entries: dict[str, list[tuple[dict[str, Any], Mapping[str, Any]]]] = defaultdict(list)
         for entry in case["entries"]:
-            entries[entry["variant"]].append(entry)
-        variants = [sub_space(v, [e["config"] for e in entries[v.name]])
-                    for v in backend.variants(task) if v.name in entries]
+            variant = library.get(entry["variant"])
+            config = completed_config(variant, entry["config"]) if variant is not None else None
+            if config is not None:
+                entries[variant.name].append((config, entry))
+        variants = [sub_space(v, [config for config, _ in entries[v.name]]) for v in library.values() if entries[v.name]]
         outcomes: dict[str, Outcome] = {}
         for variant in variants:
             by_text = {name: {_json(v): v for v in values} for name, values in variant.space.items()}
-            for entry in entries[variant.name]:
-                config = entry["config"]
-                if set(config) != set(variant.space):
-                    continue  # a config of another version of the variant: not in this space
+            for config, entry in entries[variant.name]:
                 candidate = Candidate.of(variant, {p: by_text[p][_json(config[p])] for p in config})
                 outcomes[candidate.key()] = Outcome(entry["status"], entry["seconds"], entry.get("reason", ""))
         left_out = len(case["entries"]) - len(outcomes)

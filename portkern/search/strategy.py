@@ -1,7 +1,8 @@
 """The search: one Optuna study per workload and variant set, ask -> build -> verify -> time -> tell.
 
 The space is categorical over variants, each with its own (conditional) parameters. Seeds are
-enqueued first: each variant's default and the best configuration of the nearest tuned shape.
+enqueued first: each variant's default and the best configuration of the nearest tuned shape; each
+new best enqueues its on/off-switch neighbours.
 A configuration already measured (same source, same config) is never measured again: its recorded
 result is told to the study instead. A search stops at the trial budget, the deadline, when the best
 time is within `floor_margin` of the roofline floor, or after `patience` trials without a gain.
@@ -130,6 +131,15 @@ def completed_config(variant: Variant, config: Mapping[str, Any]) -> dict[str, A
 
 def _params(variant: Variant, config: Mapping[str, Any]) -> dict[str, Any]:
     return {"variant": variant.name, **{f"{variant.name}:{k}": v for k, v in config.items()}}
+
+
+def switch_neighbours(candidate: Candidate) -> list[dict[str, Any]]:
+    """The configs one on/off switch away from the candidate's. A switch (TMA_STORE, FLATTEN,
+    HALF_TAIL, ...) often pays only on top of the right tile, and a tile found late in a short
+    search rarely gets its switches sampled: they are tried next, after each new best."""
+    space = candidate.variant.space
+    return [{**candidate.params, name: not value} for name, value in candidate.params.items()
+            if isinstance(value, bool) and set(space.get(name, ())) == {False, True}]
 
 
 def study_name(task: Task, backend: str, variants: Sequence[Variant]) -> str:
@@ -403,6 +413,8 @@ def search_workload(task: Task, variants: Sequence[Variant], runner: Runner, *,
             if artifact is not None:
                 store.save(key, artifact)
                 result.artifact = artifact
+            for neighbour in switch_neighbours(item.job.candidate):
+                study.enqueue_trial(_params(item.job.candidate.variant, neighbour), skip_if_exists=True)
         else:
             since_gain += 1
         if progress is not None:
