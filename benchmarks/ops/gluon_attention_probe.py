@@ -200,10 +200,9 @@ def attention_wgmma(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
 def compile_only(configs: list[tuple[int, int, int, bool]]) -> list[dict[str, Any]]:
     """Build each config for sm_90 on this machine (no GPU): registers, spills, shared memory."""
-    from triton.backends.compiler import GPUTarget
+    from triton.backends.compiler import BaseBackend, GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import native_specialize_impl
-    from triton.backends.compiler import BaseBackend
 
     from portkern.backends.triton.compile_only import _cubin_resources
 

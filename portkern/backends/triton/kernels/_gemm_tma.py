@@ -18,6 +18,9 @@ def _tma_config_problem(task, config, target):
             or _accumulator_problem(config["BLOCK_M"], config["BLOCK_N"], config["num_warps"], target))
 
 
+_SPLITS = {}  # (M, N, BLOCK_M, BLOCK_N, NUM_SMS) -> split: launch() asks on every run
+
+
 def _half_tail_split(M, N, config):
     """The first row of the half-height tiles: rows [0, split) run BLOCK_M-high tiles, the rest
     BLOCK_M/2-high ones, both dealt round-robin to NUM_SMS programs in one list (full tiles
@@ -26,7 +29,14 @@ def _half_tail_split(M, N, config):
     heaviest program's share (a half tile counting half a full one) over the last two rounds'
     rows, keeping the most full tiles among equal shares; M when no split lowers it."""
     block_m, programs = config["BLOCK_M"], config["NUM_SMS"]
-    blocks_m, blocks_n = -(-M // block_m), -(-N // config["BLOCK_N"])
+    key = (M, N, block_m, config["BLOCK_N"], programs)
+    if key not in _SPLITS:
+        _SPLITS[key] = _least_loaded_split(M, N, block_m, config["BLOCK_N"], programs)
+    return _SPLITS[key]
+
+
+def _least_loaded_split(M, N, block_m, block_n, programs):
+    blocks_m, blocks_n = -(-M // block_m), -(-N // block_n)
     best_load, best_split = None, M
     for full_rows in range(blocks_m, max(-1, blocks_m - 1 - 2 * -(-programs // blocks_n)), -1):
         split = min(M, full_rows * block_m)
@@ -140,8 +150,7 @@ def _launch_tma(task, config, p, a, a_strides, b, b_strides, out):
     # the half tiles' descriptors exist only where the kernel reads them
     a_half, c_half = _row_descriptors(config, p, a, a_strides, out, block_m // 2) if config["HALF_TAIL"] else (
         a_desc, c_desc)
-    tiles = triton.cdiv(split, block_m) * triton.cdiv(p.N, block_n) + triton.cdiv(p.M - split, block_m // 2) * (
-        triton.cdiv(p.N, block_n))
+    tiles = (triton.cdiv(split, block_m) + triton.cdiv(p.M - split, block_m // 2)) * triton.cdiv(p.N, block_n)
     _gemm_tma[(min(tiles, config["NUM_SMS"]),)](
         a_desc, b_desc, c_desc, a_half, c_half, out, p.bias, p.residual, p.M, p.N, p.K, split, *p.stride_c,
         *p.stride_r, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=config["GROUP_M"],
