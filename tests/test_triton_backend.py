@@ -376,6 +376,17 @@ def test_gluon_attention_probe_builds_for_sm90_with_a_product_in_flight() -> Non
     assert all("1" in row["waits"] and row["spills"] == 0 for row in rows)
 
 
+def test_gluon_gemm_probe_builds_192_row_tiles_with_two_products_in_flight() -> None:
+    """The Gluon GEMM probe's 192-row tile cross-compiles here: a 128-row and a 64-row product per
+    K step, waited on together (two groups left in flight), without spills in one warpgroup."""
+    probe = _ops_script("gluon_gemm_probe")
+    rows = probe.compile_only([(64, 128, 64, 4, 4), (0, 128, 64, 4, 8)])
+    assert all(row["ok"] for row in rows), rows
+    tail, control = rows
+    assert tail["waits"] == ["0", "2"] and control["waits"] == ["0", "1"]
+    assert tail["spills"] == 0 and tail["wgmma"] == 3 * control["wgmma"]
+
+
 def test_time_once_and_fingerprint() -> None:
     backend = BACKENDS["sm_90"]
     assert backend.time_once(lambda: None) >= 0.0

@@ -200,35 +200,22 @@ def attention_wgmma(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
 def compile_only(configs: list[tuple[int, int, int, bool]]) -> list[dict[str, Any]]:
     """Build each config for sm_90 on this machine (no GPU): registers, spills, shared memory."""
-    from triton.backends.compiler import BaseBackend, GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import native_specialize_impl
-
-    from portkern.backends.triton.compile_only import _cubin_resources
+    from portkern.backends.triton.compile_only import compile_gluon
 
     results = []
     for (block_m, block_n, stages, overlap), head_dim, causal in itertools.product(configs, (64, 128), (False, True)):
         q = torch.empty(4, 32, 2048, head_dim, dtype=torch.float16, device="meta")
         descs = [_descriptor(q, rows, head_dim) for rows in (block_m, block_n, block_n)]
         args = {"q_desc": descs[0], "k_desc": descs[1], "v_desc": descs[2], "o_ptr": q}
-        signature = {name: native_specialize_impl(BaseBackend, value, False, True, True)[0]
-                     for name, value in args.items()}
-        signature.update({"H": "i32", "S": "i32", "SK": "i32", "D": "i32", "scale_log2": "fp32", "so_b": "i32",
-                          "so_h": "i32", "so_s": "i32"})
+        scalars = {"H": "i32", "S": "i32", "SK": "i32", "D": "i32", "scale_log2": "fp32", "so_b": "i32",
+                   "so_h": "i32", "so_s": "i32"}
         constexprs = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_D": head_dim, "STAGES": stages,
                       "CAUSAL": causal, "OVERLAP": overlap, "num_warps": block_m // 16}
-        signature.update({name: "constexpr" for name in constexprs})
         row = {"BLOCK_M": block_m, "BLOCK_N": block_n, "STAGES": stages, "OVERLAP": overlap, "head_dim": head_dim,
                "causal": causal}
         try:
-            compiled = triton.compile(GluonASTSource(_attention_wgmma, signature, constexprs),
-                                      target=GPUTarget("cuda", 90, 32), options={"num_warps": block_m // 16})
-            ptx = compiled.asm["ptx"]
-            registers, spills = _cubin_resources(compiled.asm["cubin"])
-            row.update(ok=True, registers=registers, spills=spills, shared=compiled.metadata.shared,
-                       wgmma=ptx.count("wgmma.mma_async"),
-                       waits=sorted(set(line.split()[1].rstrip(";") for line in ptx.splitlines()
-                                        if "wgmma.wait_group" in line)))
+            built = compile_gluon(_attention_wgmma, args, scalars, constexprs, num_warps=block_m // 16)
+            row.update(ok=True, **built)
         except Exception as exc:  # a config the compiler refuses is a result of the probe
             row.update(ok=False, error=f"{type(exc).__name__}: {str(exc)[-400:]}")
         print(row, flush=True)
