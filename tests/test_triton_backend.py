@@ -69,7 +69,7 @@ def _all_variants() -> dict[str, tuple[Variant, Task]]:
     found: dict[str, tuple[Variant, Task]] = {}
     for tasks in TASKS.values():
         for task in tasks:
-            for variant in BACKENDS["sm_90"].variants(task):
+            for variant in BACKENDS["sm_90"].variants(task, runnable_here=False):
                 found.setdefault(variant.name, (variant, task))
     return found
 
@@ -82,7 +82,7 @@ def _valid_configs(variant: Variant, task: Task, arch: str, seed: int) -> list[d
     backend = BACKENDS[arch]
 
     def valid(config: dict[str, Any]) -> bool:
-        return backend.check(Candidate.of(variant, config), task) is None
+        return backend.target_problem(Candidate.of(variant, config), task) is None
 
     default = dict(variant.default)
     neighbours = [{**default, name: value} for name, choices in variant.space.items() for value in choices]
@@ -160,8 +160,8 @@ def test_includes_expand_once_and_refuse_cycles() -> None:
 @pytest.mark.parametrize("name", sorted(SERVED))
 def test_variant_cross_compiles_with_valid_configs(name: str, arch: str, configs: int) -> None:
     variant, task = SERVED[name]
-    if variant.name not in {v.name for v in BACKENDS[arch].variants(task)}:
-        reason = BACKENDS[arch].check(Candidate.of(variant, variant.default), task)
+    if variant.name not in {v.name for v in BACKENDS[arch].variants(task, runnable_here=False)}:
+        reason = BACKENDS[arch].target_problem(Candidate.of(variant, variant.default), task)
         assert reason is not None  # not offered on this arch because its constraints say why
         pytest.skip(f"{name} is not offered on {arch}: {reason}")
     for config in _valid_configs(variant, task, arch, seed=len(name))[:configs]:
@@ -171,8 +171,9 @@ def test_variant_cross_compiles_with_valid_configs(name: str, arch: str, configs
 @pytest.mark.parametrize("name", sorted(n for n, (v, _) in SERVED.items() if v.kind in MATRIX_KINDS))
 def test_matrix_variant_builds_hsaco_for_gfx942(name: str) -> None:
     variant, task = SERVED[name]
-    if variant.name not in {v.name for v in BACKENDS["gfx942"].variants(task)}:
-        pytest.skip(f"{name} is not offered on gfx942: {BACKENDS['gfx942'].check(Candidate.of(variant, variant.default), task)}")
+    if variant.name not in {v.name for v in BACKENDS["gfx942"].variants(task, runnable_here=False)}:
+        reason = BACKENDS["gfx942"].target_problem(Candidate.of(variant, variant.default), task)
+        pytest.skip(f"{name} is not offered on gfx942: {reason}")
     config = _valid_configs(variant, task, "gfx942", seed=0)[0]
     _assert_report(compile_for(Candidate.of(variant, config), task, "gfx942"), "gfx942")
 
@@ -376,15 +377,29 @@ def test_gluon_attention_probe_builds_for_sm90_with_a_product_in_flight() -> Non
     assert all("1" in row["waits"] and row["spills"] == 0 for row in rows)
 
 
-def test_gluon_gemm_probe_builds_192_row_tiles_with_two_products_in_flight() -> None:
-    """The Gluon GEMM probe's 192-row tile cross-compiles here: a 128-row and a 64-row product per
-    K step, waited on together (two groups left in flight), without spills in one warpgroup."""
-    probe = _ops_script("gluon_gemm_probe")
-    rows = probe.compile_only([(64, 128, 64, 4, 4), (0, 128, 64, 4, 8)])
-    assert all(row["ok"] for row in rows), rows
-    tail, control = rows
-    assert tail["waits"] == ["0", "2"] and control["waits"] == ["0", "1"]
-    assert tail["spills"] == 0 and tail["wgmma"] == 3 * control["wgmma"]
+def test_gemm_wgmma_keeps_two_products_in_flight_and_needs_a_gpu_to_run() -> None:
+    """gemm_wgmma (Gluon) builds its 192-row tile as a 128-row and a 64-row product per K step,
+    waited on together (two wgmma groups left in flight), without spills in one warpgroup; the
+    128-row tile leaves one. Here, without a GPU, it is cross-compiled but never offered to run:
+    the interpreter cannot run Gluon."""
+    backend = BACKENDS["sm_90"]
+    task = synthetic.gemm_task(4096, 768, 3072, "float16", trans_b=True, bias=True, activation="gelu")
+    variant = next(v for v in backend.variants(task, runnable_here=False) if v.name == "gemm_wgmma")
+    kernels = {rows: compile_for(Candidate.of(variant, {**variant.default, "BLOCK_M": rows}), task, "sm_90")
+               ["kernels"][0] for rows in (192, 128)}
+    waits = {rows: {line.split()[1].rstrip(";") for line in kernel["asm"]["ptx"].splitlines()
+                    if "wgmma.wait_group" in line} for rows, kernel in kernels.items()}
+    assert waits == {192: {"0", "2"}, 128: {"0", "1"}}
+    assert kernels[192]["n_spills"] == 0 and kernels[192]["num_warps"] == 4
+    hgmma = {rows: kernel["asm"]["ptx"].count("wgmma.mma_async") for rows, kernel in kernels.items()}
+    assert hgmma[192] == 3 * hgmma[128] // 2  # 3 wgmma of 64 rows per K step instead of 2
+    if not torch.cuda.is_available():
+        reason = backend.check(Candidate.of(variant, variant.default), task)
+        assert reason is not None and reason.startswith("needs a GPU") and "Gluon" in reason
+        assert "gemm_wgmma" not in {v.name for v in backend.variants(task)}
+        artifact = Artifact(backend="triton", variant=variant.name, config=variant.default, source=variant.source)
+        with pytest.raises(InterpreterLimitError, match="Gluon"):
+            backend.load(artifact, task)
 
 
 def test_time_once_and_fingerprint() -> None:

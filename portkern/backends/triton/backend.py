@@ -121,24 +121,30 @@ class TritonBackend(Backend):
         self._seconds_per_spin_cycle: float | None = None
 
     # --- kernels ---------------------------------------------------------------------------
-    def variants(self, task: Task) -> list[Variant]:
-        """Built-in variants of the task's kind, plus the generated one for an elementwise chain."""
+    def variants(self, task: Task, runnable_here: bool = True) -> list[Variant]:
+        """Built-in variants of the task's kind, plus the generated one for an elementwise chain.
+        runnable_here=False: every one the target offers, those this machine cannot run too (to
+        cross-compile them)."""
         found = [v for v in _library() if v.kind == task.kind]
         if task.kind == "elementwise":
             try:
                 found += codegen.elementwise_variants(task)
             except codegen.ExprError:
                 pass  # a step the generator does not know: no generated variant, the baseline runs
-        return [v for v in found if self._offered(v, task)]
-
-    def _offered(self, variant: Variant, task: Task) -> bool:
-        return any(self.check(Candidate.of(variant, config), task) is None
-                   for config in _default_and_neighbours(variant))
+        valid = self.check if runnable_here else self.target_problem
+        return [v for v in found if any(valid(Candidate.of(v, config), task) is None
+                                        for config in _default_and_neighbours(v))]
 
     def check(self, candidate: Candidate, task: Task) -> str | None:
+        reason = self.target_problem(candidate, task)
+        if reason is None and not self.on_gpu:
+            reason = _interpreter_problem(kernel_module(candidate.variant, interpret=True), task)
+        return reason
+
+    def target_problem(self, candidate: Candidate, task: Task) -> str | None:
+        """Why this configuration cannot work on the target, or None: check() without this machine's
+        limits (no GPU here: the interpreter), which is what cross-compiling it needs."""
         variant, config = candidate.variant, candidate.params
-        if not self.on_gpu and _has_bf16(task):
-            return INTERPRETER_BF16
         if set(config) != set(variant.space):
             return f"config parameters {sorted(config)} differ from the variant's {sorted(variant.space)}"
         reason = _launch_option_problem(config, self.target.profile)
@@ -210,14 +216,15 @@ class TritonBackend(Backend):
                               from_driver=True) for launch in launches]
 
     def load(self, artifact: Artifact, task: Task) -> Program:
-        if not self.on_gpu and _has_bf16(task):
-            raise InterpreterLimitError(INTERPRETER_BF16)
         try:
             variant = variant_from_source(artifact.variant, artifact.source, self.name, "artifact",
                                           ALLOWED_IMPORTS)
             module = kernel_module(variant, interpret=not self.on_gpu)
         except KernelSourceError as exc:
             raise CompileError(str(exc)) from None
+        limit = None if self.on_gpu else _interpreter_problem(module, task)
+        if limit:
+            raise InterpreterLimitError(limit)
         scratch = [self.empty(spec, float("nan")) for spec in scratch_specs(module, task, artifact.config)]
         return _TritonProgram(module, task, dict(artifact.config), scratch, interpret=not self.on_gpu)
 
@@ -362,6 +369,14 @@ def _driver_version() -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return result.stdout.strip().splitlines()[0] if result.stdout.strip() else "unknown"
+
+
+def _interpreter_problem(module: Any, task: Task) -> str | None:
+    """Why the Triton interpreter cannot run this module on this task correctly, or None."""
+    if _has_bf16(task):
+        return INTERPRETER_BF16
+    needs_gpu = getattr(module, "NEEDS_GPU", None)  # a module's own reason (Gluon kernels)
+    return f"needs a GPU: {needs_gpu}" if needs_gpu else None
 
 
 def _has_bf16(task: Task) -> bool:

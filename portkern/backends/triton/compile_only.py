@@ -21,6 +21,8 @@ import triton
 from triton._C.libtriton import native_specialize_impl
 from triton.backends.compiler import BaseBackend, GPUTarget
 from triton.compiler import ASTSource
+from triton.experimental.gluon._runtime import GluonASTSource
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ...errors import TargetError
@@ -110,14 +112,15 @@ def ast_source(launch: Launch) -> ASTSource:
             constexprs[param.name] = value
         elif key == "D":
             attrs[(index,)] = [["tt.divisibility", _DIVISIBILITY]]
-    return ASTSource(launch.kernel, signature, constexprs=constexprs, attrs=attrs)
+    source = GluonASTSource if launch.kernel.is_gluon() else ASTSource
+    return source(launch.kernel, signature, constexprs=constexprs, attrs=attrs)
 
 
 def _specialized(value: Any, param: Any) -> tuple[str, Any]:
     """(type, key) as the JIT specializes the argument: key 'D' marks 16-divisible values."""
     if hasattr(value, "data_ptr") and hasattr(value, "dtype") and value.dtype not in _POINTEE:
         raise CompileError(f"tensor of dtype {value.dtype} is not supported")
-    if not isinstance(value, (int, float, TensorDescriptor)) and not hasattr(value, "data_ptr"):
+    if not isinstance(value, (int, float, TensorDescriptor, GluonDescriptor)) and not hasattr(value, "data_ptr"):
         raise CompileError(f"cannot pass a {type(value).__name__} to a kernel")
     return native_specialize_impl(BaseBackend, value, False, not param.do_not_specialize,
                                   not param.do_not_specialize_on_alignment)
@@ -129,8 +132,6 @@ def compile_gluon(kernel: Any, args: dict[str, Any], scalar_types: dict[str, str
     variant is worth writing): registers, spills, shared memory, the wgmma instructions and the
     distinct wgmma.wait_group counts (how many products may stay in flight). Tensors and
     descriptors in args are specialized as the JIT would; scalar_types names the rest ("i32", "fp32")."""
-    from triton.experimental.gluon._runtime import GluonASTSource
-
     signature = {name: native_specialize_impl(BaseBackend, value, False, True, True)[0]
                  for name, value in args.items()}
     signature.update(scalar_types)

@@ -37,7 +37,12 @@ from ..base import Variant
 from ..kernel_module import expand_includes, load_module, variant_from_source
 
 BACKEND_NAME = "triton"
-ALLOWED_IMPORTS = frozenset({"triton", "triton.language", "triton.tools.tensor_descriptor", "math"})
+# Gluon (Triton's lower-level dialect: layouts, shared memory, asynchronous wgmma and TMA by hand) for
+# kernels plain Triton cannot express; they need a GPU to run (a module says so in NEEDS_GPU)
+ALLOWED_IMPORTS = frozenset({"triton", "triton.language", "triton.tools.tensor_descriptor", "math",
+                             "triton.experimental", "triton.experimental.gluon",
+                             "triton.experimental.gluon.language.nvidia.hopper",
+                             "triton.experimental.gluon.nvidia.hopper"})
 _MODE_LOCK = threading.RLock()
 _MODULES: dict[tuple[str, str, bool], types.ModuleType] = {}
 _MISSING = object()
