@@ -294,7 +294,10 @@ def test_examples_and_contract_of_the_triton_backend() -> None:
     from portkern.backends.triton.modules import builtin_variants
 
     triton_backend = get_backend(load_target("h200"))
-    assert contract_imports(triton_backend) == ("math", "triton", "triton.language", "triton.tools.tensor_descriptor")
+    assert contract_imports(triton_backend) == (
+        "math", "triton", "triton.experimental", "triton.experimental.gluon",
+        "triton.experimental.gluon.language.nvidia.hopper", "triton.experimental.gluon.nvidia.hopper",
+        "triton.language", "triton.tools.tensor_descriptor")
     assert "never imports torch" in backend_notes(triton_backend)
     library = {variant.name: variant.source for variant in builtin_variants()}
     fallback = pick_examples(kernel_files(triton_backend), "attention", limit=100)

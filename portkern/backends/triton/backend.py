@@ -6,6 +6,10 @@ Kernel modules (kernel_module.py's contract) for this backend:
     reads .shape, .stride(), .dtype, .data_ptr() and launches module-level @triton.jit functions
     as `kernel[grid](...)`. Inputs come in the task's order (tasks.py), outputs are preallocated
     by the harness and must be fully written.
+  - or Gluon (triton.experimental.gluon and its Hopper modules: layouts, shared memory, TMA and
+    asynchronous wgmma by hand) with @gluon.jit functions, for what plain Triton cannot express;
+    the interpreter cannot run Gluon, so such a module sets `NEEDS_GPU = "<why>"`: without a GPU
+    it is cross-compiled, never run.
   - optional `scratch(task, config) -> [(shape, dtype), ...]`: workspace the backend allocates once
     per loaded program and appends after the outputs (launch may not allocate; this is how a
     deterministic split-K keeps its partial sums without atomics).
