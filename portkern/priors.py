@@ -16,6 +16,9 @@ grids of any kind) and tuned packs (`--pack`: every kernel a tune kept, at its m
         --table benchmarks/results/h200-grid-conv-nhwc-2026-12-03.json --top 3 \
         --out portkern/hwprofiles/priors/h200.jsonl
 
+A target's file holds what was measured on that card only (H100 tables make h100.jsonl, H200 ones
+h200.jsonl); priors_for lends each target its siblings' measurements of what it lacks.
+
 A variant that gained a parameter after its prior was measured admits the prior with that parameter
 at its default (a new parameter's default keeps the old behaviour: the one that was measured).
 """
@@ -58,22 +61,29 @@ def load_priors(target: str, folder: Path = PRIORS_DIR) -> list[Measured]:
 
 
 def priors_for(target: Target, folder: Path = PRIORS_DIR) -> list[Measured]:
-    """The target's own priors; a target without a file borrows those of the built-in targets of
-    its architecture and backend (an H100 starts from the H200's: the same SMs and ISA, so the
-    tiles that won there are far better first guesses than a library's defaults). Each one is
-    still verified and measured on the target before it counts."""
+    """The target's own priors, then those of the built-in targets of its architecture and backend
+    for what it has not measured itself (an H100 starts from the H200's conv and attention winners:
+    the same SMs and ISA, so the tiles that won there are far better first guesses than a library's
+    defaults; where it has measured a variant on a shape, its own winners of that variant are used).
+    Each one is still verified and measured on the target before it counts."""
     own = load_priors(target.name, folder)
-    if own:
-        return own
+    measured_here = {_measured_id(item) for item in own}
     borrowed: list[Measured] = []
     for path in sorted(folder.glob("*.jsonl")):
+        if path.stem == target.name:
+            continue
         try:
             sibling = load_target(path.stem)
         except TargetError:
             continue  # priors of a plugin target that is not installed here
         if sibling.profile.arch == target.profile.arch and sibling.backend == target.backend:
-            borrowed += load_priors(path.stem, folder)
-    return borrowed
+            borrowed += [item for item in load_priors(path.stem, folder) if _measured_id(item) not in measured_here]
+    return own + borrowed
+
+
+def _measured_id(item: Measured) -> str:
+    """What a measurement is of: the task and the variant (not the config)."""
+    return json.dumps([item.task, item.variant], sort_keys=True, default=str)
 
 
 def problem_dims(described: dict[str, Any]) -> tuple[int, ...] | None:

@@ -131,14 +131,23 @@ def test_a_config_measured_before_a_parameter_existed_takes_its_default() -> Non
     assert completed_config(variant, {**variant.default, "BLOCK_M": 96}) is None  # outside the space
 
 
-def test_a_target_without_priors_borrows_those_of_its_architecture(tmp_path: Path) -> None:
-    """An H100 (sm_90, like the H200) starts from the H200's measured winners; an A100 (sm_80) and
-    the CPU have no sibling with priors and start from the library's defaults."""
+def test_a_target_borrows_the_priors_of_its_architecture_for_what_it_has_not_measured(tmp_path: Path) -> None:
+    """An H100 (sm_90, like the H200) takes the H200's measured winners except those of a variant
+    it has measured itself on that shape; an A100 (sm_80) and the CPU have no sibling with priors
+    and start from the library's defaults."""
     shipped = load_priors("h200")
-    assert priors_for(load_target("h100")) == shipped == priors_for(load_target("h200"))
+    assert priors_for(load_target("h200"))[:len(shipped)] == shipped
     assert priors_for(load_target("a100")) == [] and priors_for(load_target("cpu")) == []
-    (tmp_path / "h100.jsonl").write_text(json.dumps(shipped[0].__dict__) + "\n")
-    assert priors_for(load_target("h100"), tmp_path) == [shipped[0]]  # its own file wins
+    (tmp_path / "h200.jsonl").write_text("".join(json.dumps(item.__dict__) + "\n" for item in shipped[:3]))
+    assert priors_for(load_target("h100"), tmp_path) == shipped[:3]  # nothing of its own: all borrowed
+    own = Measured(shipped[0].task, shipped[0].variant, shipped[0].config, 1.5 * shipped[0].seconds, "measured here")
+    (tmp_path / "h100.jsonl").write_text(json.dumps(own.__dict__) + "\n")
+    replaced = [item for item in shipped[:3] if (item.task, item.variant) == (own.task, own.variant)]
+    assert replaced and priors_for(load_target("h100"), tmp_path) == [own] + [item for item in shipped[:3]
+                                                                              if item not in replaced]
+    other_variant = Measured(own.task, "gemm_tiled", own.config, own.seconds, "measured here")
+    (tmp_path / "h100.jsonl").write_text(json.dumps(other_variant.__dict__) + "\n")  # replaces nothing
+    assert priors_for(load_target("h100"), tmp_path) == [other_variant] + shipped[:3]
 
 
 def test_a_tuned_pack_becomes_priors_that_seed_a_nearby_shape(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ from portkern.search.strategy import ArtifactStore, SearchOptions, search_worklo
 from portkern.search.worker import InProcessRunner
 from portkern.synthetic import attention_task, conv2d_task, gemm_task, layernorm_task, rmsnorm_task, softmax_task
 from portkern.tasks import Task
-from portkern.priors import load_priors
+from portkern.priors import priors_for
 from portkern.tuner import TaskCatalog, TuneOptions, precision_admitted
 from portkern.verify import GateOptions
 
@@ -98,11 +98,12 @@ def main() -> int:
     parser.add_argument("--priors", action="store_true",
                         help="seed with the target's shipped priors too (a shape measured there is then not "
                              "tuned from scratch: rows say which seeds they had)")
+    parser.add_argument("--target", default="h200", help="the hwprofile (h200, h100, ...): its floors and priors")
     parser.add_argument("--case-seconds", type=float, default=45.0, help="search time limit per case")
     parser.add_argument("--budget-seconds", type=float, default=480.0, help="start no case after this")
     args = parser.parse_args()
 
-    target = load_target("h200")
+    target = load_target(args.target)
     backend = get_backend(target)
     fingerprint = backend.fingerprint()
     work = Path(tempfile.mkdtemp(prefix="bench-ops-"))
@@ -110,7 +111,7 @@ def main() -> int:
     measure = MeasureOptions(warmup=5, repeats=args.repeats if not args.smoke else 3, input_sets=3)
     gate = GateOptions(seeds=(11, 23))
     # seeds each case with the nearest tuned shapes' best; the shipped priors only with --priors
-    catalog = TaskCatalog(work / "tasks.jsonl", load_priors(target.name) if args.priors else ())
+    catalog = TaskCatalog(work / "tasks.jsonl", priors_for(target) if args.priors else ())
     log = RecordLog(work / "records.jsonl")
     rows: list[dict[str, Any]] = []
     chosen = suites(args.smoke)
