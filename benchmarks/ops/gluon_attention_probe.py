@@ -87,8 +87,9 @@ def _load_kv(k_desc, v_desc, k_smem, v_smem, k_bars, v_bars, b, h, block, n_bloc
 @gluon.jit
 def _attention_wgmma(q_desc, k_desc, v_desc, o_ptr, H, S, SK, D, scale_log2, so_b, so_h, so_s,
                      BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
-                     CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, num_warps: gl.constexpr):
+                     CAUSAL: gl.constexpr, OVERLAP: gl.constexpr):
     """OVERLAP=False is the control: every product waited on at once, as plain Triton does."""
+    num_warps: gl.constexpr = gl.num_warps()
     dtype: gl.constexpr = q_desc.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -199,23 +200,29 @@ def attention_wgmma(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
 
 def compile_only(configs: list[tuple[int, int, int, bool]]) -> list[dict[str, Any]]:
-    """Build each config for sm_90 on this machine (no GPU): registers, spills, shared memory."""
-    from portkern.backends.triton.compile_only import compile_gluon
+    """Build each config for sm_90 on this machine (no GPU): registers, spills, shared memory, and
+    the distinct wgmma.wait_group counts (how many products may stay in flight)."""
+    from portkern.backends.triton.compile_only import ARCH_TARGETS, compile_launch
+    from portkern.backends.triton.modules import Launch
 
     results = []
     for (block_m, block_n, stages, overlap), head_dim, causal in itertools.product(configs, (64, 128), (False, True)):
         q = torch.empty(4, 32, 2048, head_dim, dtype=torch.float16, device="meta")
         descs = [_descriptor(q, rows, head_dim) for rows in (block_m, block_n, block_n)]
-        args = {"q_desc": descs[0], "k_desc": descs[1], "v_desc": descs[2], "o_ptr": q}
-        scalars = {"H": "i32", "S": "i32", "SK": "i32", "D": "i32", "scale_log2": "fp32", "so_b": "i32",
-                   "so_h": "i32", "so_s": "i32"}
-        constexprs = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_D": head_dim, "STAGES": stages,
-                      "CAUSAL": causal, "OVERLAP": overlap, "num_warps": block_m // 16}
+        arguments = {"q_desc": descs[0], "k_desc": descs[1], "v_desc": descs[2], "o_ptr": q, "H": 32, "S": 2048,
+                     "SK": 2048, "D": head_dim, "scale_log2": LOG2E / math.sqrt(head_dim), "so_b": q.stride(0),
+                     "so_h": q.stride(1), "so_s": q.stride(2), "BLOCK_M": block_m, "BLOCK_N": block_n,
+                     "BLOCK_D": head_dim, "STAGES": stages, "CAUSAL": causal, "OVERLAP": overlap}
         row = {"BLOCK_M": block_m, "BLOCK_N": block_n, "STAGES": stages, "OVERLAP": overlap, "head_dim": head_dim,
                "causal": causal}
         try:
-            built = compile_gluon(_attention_wgmma, args, scalars, constexprs, num_warps=block_m // 16)
-            row.update(ok=True, **built)
+            launch = Launch(_attention_wgmma, (1,), (), {**arguments, "num_warps": block_m // 16})
+            kernel = compile_launch(launch, ARCH_TARGETS["sm_90"])
+            ptx = kernel["asm"]["ptx"]
+            row.update(ok=True, registers=kernel["n_regs"], spills=kernel["n_spills"], shared=kernel["shared"],
+                       wgmma=ptx.count("wgmma.mma_async"),
+                       waits=sorted({line.split()[1].rstrip(";") for line in ptx.splitlines()
+                                     if "wgmma.wait_group" in line}))
         except Exception as exc:  # a config the compiler refuses is a result of the probe
             row.update(ok=False, error=f"{type(exc).__name__}: {str(exc)[-400:]}")
         print(row, flush=True)

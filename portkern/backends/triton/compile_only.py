@@ -126,25 +126,6 @@ def _specialized(value: Any, param: Any) -> tuple[str, Any]:
                                   not param.do_not_specialize_on_alignment)
 
 
-def compile_gluon(kernel: Any, args: dict[str, Any], scalar_types: dict[str, str], constexprs: dict[str, Any],
-                  num_warps: int, arch: str = "sm_90") -> dict[str, Any]:
-    """Build a Gluon kernel for an arch that is not here (the probes that decide whether a Gluon
-    variant is worth writing): registers, spills, shared memory, the wgmma instructions and the
-    distinct wgmma.wait_group counts (how many products may stay in flight). Tensors and
-    descriptors in args are specialized as the JIT would; scalar_types names the rest ("i32", "fp32")."""
-    signature = {name: native_specialize_impl(BaseBackend, value, False, True, True)[0]
-                 for name, value in args.items()}
-    signature.update(scalar_types)
-    signature.update({name: "constexpr" for name in constexprs})
-    compiled = triton.compile(GluonASTSource(kernel, signature, constexprs), target=ARCH_TARGETS[arch],
-                              options={"num_warps": num_warps})
-    registers, spills = _cubin_resources(compiled.asm["cubin"])
-    ptx = compiled.asm["ptx"]
-    waits = {line.split()[1].rstrip(";") for line in ptx.splitlines() if "wgmma.wait_group" in line}
-    return {"registers": registers, "spills": spills, "shared": int(compiled.metadata.shared),
-            "wgmma": ptx.count("wgmma.mma_async"), "waits": sorted(waits)}
-
-
 def compile_launch(launch: Launch, target: GPUTarget) -> dict[str, Any]:
     try:
         compiled = triton.compile(ast_source(launch), target=target, options=launch.options())
