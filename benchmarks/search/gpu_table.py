@@ -116,11 +116,11 @@ def _variant(backend: Backend, task: Task, name: str) -> Variant:
 _WORKER_BACKEND: Backend | None = None
 
 
-def _compile_one(case: Case, variant_name: str, config: dict[str, Any]) -> tuple[str, float]:
+def _compile_one(target: str, case: Case, variant_name: str, config: dict[str, Any]) -> tuple[str, float]:
     """Phase 1, in a worker: run once so Triton's JIT builds (and caches) the binary."""
     global _WORKER_BACKEND
     if _WORKER_BACKEND is None:
-        _WORKER_BACKEND = get_backend(load_target("h200"))
+        _WORKER_BACKEND = get_backend(load_target(target))
     backend, task = _WORKER_BACKEND, shape_task(*case)
     start = time.perf_counter()
     try:
@@ -146,7 +146,7 @@ def warm_cache(backend: Backend, cases: tuple[Case, ...], workers: int, deadline
     errors: dict[tuple, str] = {}
     started = time.perf_counter()
     with futures.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-        pending = {pool.submit(_compile_one, *job): key for key, job in jobs.items()}
+        pending = {pool.submit(_compile_one, backend.target.name, *job): key for key, job in jobs.items()}
         done = 0
         for future in futures.as_completed(pending):
             error, _ = future.result()
@@ -237,6 +237,8 @@ def main() -> int:
     parser.add_argument("--subspace", action="append", default=[],
                         help="VARIANT:PARAM=a/b;PARAM=c, repeatable; replaces the default SUBSPACE (gemm_tma, "
                              "gemm_tiled): the table holds exactly the variants named")
+    parser.add_argument("--target", default="h200", help="the hwprofile the table is for (h200, h100, ...): "
+                        "its priors are made from tables of that card")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--smoke", action="store_true",
                         help="two tiny shapes and a few configs in the Triton interpreter: checks the script on a CPU")
@@ -251,10 +253,10 @@ def main() -> int:
     cases = parse_cases(args.shapes, args.dtypes)
     started = time.time()
     torch.backends.cuda.matmul.allow_tf32 = False
-    backend = get_backend(load_target("h200"))
+    backend = get_backend(load_target(args.target))
     errors = warm_cache(backend, cases, args.workers, started + args.compile_share * args.budget_seconds)
     table: dict[str, Any] = {
-        "device": backend.fingerprint()["device"], "target": "h200", "backend": "triton",
+        "device": backend.fingerprint()["device"], "target": args.target, "backend": "triton",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(sys.argv), "versions": {**backend.fingerprint(), "python": platform.python_version(),
                                                     "triton": triton.__version__},
