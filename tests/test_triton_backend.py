@@ -369,12 +369,14 @@ def test_sass_loop_model_finds_attentions_key_loops() -> None:
 
 
 def test_gluon_attention_probe_builds_for_sm90_with_a_product_in_flight() -> None:
-    """The Gluon probe cross-compiles here: its kernel waits with one wgmma group outstanding
-    (q k^T done, p v still running), and fits without spills at head dims 64 and 128."""
+    """The Gluon probe cross-compiles here: its kernels wait with one wgmma group outstanding
+    (q k^T done, p v still running) and fit without spills at head dims 64 and 128; the ping-pong
+    kernel runs 12 warps (two consumer warpgroups, a producer warp and its warpgroup's padding)."""
     probe = _ops_script("gluon_attention_probe")
-    rows = probe.compile_only([(64, 64, 2, True)])
-    assert len(rows) == 4 and all(row["ok"] for row in rows), rows
+    rows = probe.compile_only([(64, 64, 2, True)], [(64, 2)])
+    assert len(rows) == 8 and all(row["ok"] for row in rows), rows
     assert all("1" in row["waits"] and row["spills"] == 0 for row in rows)
+    assert [row["warps"] for row in rows] == [4] * 4 + [12] * 4
 
 
 def test_gemm_wgmma_keeps_two_products_in_flight_and_needs_a_gpu_to_run() -> None:

@@ -11,13 +11,25 @@ at each wait, so one warpgroup can overlap, as FlashAttention-3 does inside a wa
     wait until only o's product is in flight; softmax of s[j+1] while o's runs
     wait for o; refill the K/V ring slot of block j with block j + STAGES (TMA)
 
-This file holds that kernel (fp16/bf16, head dim up to 128, optional bottom-right causal mask,
-any sequence lengths: TMA zero-fills past every edge and the tail block is masked), checks it
-against SDPA in float32 and times it beside SDPA on the issue's three shapes with do_bench.
-Nothing in portkern uses it yet: this decides whether a Gluon variant is worth building (Gluon
-kernels cannot run in the Triton interpreter the tests use).
+That overlap bought 2-3% on an H100 (results/h100-gluon-attention-probe-2026-12-06.log). The second
+kernel here is FA3's other half, the ping-pong: a program of 128 query rows runs two consumer
+warpgroups of 64 rows and one producer warp (warp specialization, registers moved to the consumers
+with setmaxnreg). The producer keeps a K/V ring full through TMA; the consumers take turns on the
+tensor cores (two mbarriers pass the turn), each issuing its q k^T of block j and p v of block j-1
+together, then running its softmax while the other's products run; a ring slot is refilled once
+both consumers have released it.
+
+Both kernels: fp16/bf16, head dim up to 128, optional bottom-right causal mask, any sequence
+lengths (TMA zero-fills past every edge, the tail block is masked); checked against SDPA in
+float32 and timed beside SDPA and attention_flash's best config on the issue's three shapes with
+do_bench. Nothing in portkern uses them: this decides whether a Gluon attention variant is worth
+building. The ping-pong kernel was written without a GPU at hand (cross-compiled for sm_90 with
+Triton 3.6 and 3.7, not yet run): a barrier mistake hangs instead of failing, so its first run
+belongs under `timeout`, alone (--pingpong-only).
 
     python benchmarks/ops/gluon_attention_probe.py --compile-only    # no GPU: builds for sm_90
+    bash benchmarks/gpu_run.sh timeout 240 python3 benchmarks/ops/gluon_attention_probe.py --pingpong-only \
+        --out $OUT/pingpong.json
     bash benchmarks/gpu_run.sh python3 benchmarks/ops/gluon_attention_probe.py --out $OUT/probe.json
 """
 from __future__ import annotations
@@ -46,6 +58,8 @@ ODD_SHAPES = [(2, 3, 197, 64, False), (1, 4, 300, 128, True), (2, 2, 77, 32, Tru
 CONFIGS = [  # BLOCK_M (16 rows a warp: 64 = one warpgroup, 128 = two), BLOCK_N, STAGES, OVERLAP
     (64, 64, 2, True), (64, 128, 2, True), (64, 64, 3, True), (128, 64, 2, True), (128, 128, 2, True),
     (128, 64, 3, True), (64, 64, 2, False), (128, 128, 2, False)]
+PINGPONG_ROWS = 64  # query rows of each ping-pong consumer (one warpgroup)
+PINGPONG_CONFIGS = [(64, 2), (128, 2), (64, 3)]  # BLOCK_N, STAGES
 # attention_flash's best configs on these shapes (h200-grid-attention-tma-2026-12-04), timed beside it
 FLASH_BEST = {SHAPES[0]: {"BLOCK_M": 128, "BLOCK_N": 32, "TMA": False, "num_warps": 4, "num_stages": 3},
               SHAPES[1]: {"BLOCK_M": 64, "BLOCK_N": 128, "TMA": True, "num_warps": 4, "num_stages": 2},
@@ -82,6 +96,18 @@ def _load_kv(k_desc, v_desc, k_smem, v_smem, k_bars, v_bars, b, h, block, n_bloc
     mbarrier.expect(v_bars.index(slot), v_desc.block_type.nbytes, pred=pred)
     tma.async_copy_global_to_shared(v_desc, [b, h, block * BLOCK_N, 0], v_bars.index(slot), v_smem.index(slot),
                                     pred=pred)
+
+
+@gluon.jit
+def _store_rows(acc, l_i, o_ptr, b, h, first_row, S, D, so_b, so_h, so_s):
+    """The normalized output rows [first_row, + acc's rows) of head (b, h); rows past S and head
+    dims past D are not written."""
+    o_layout: gl.constexpr = acc.type.layout
+    out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
+    out_rows = first_row + gl.arange(0, acc.shape[0], layout=gl.SliceLayout(1, o_layout))
+    dims = gl.arange(0, acc.shape[1], layout=gl.SliceLayout(0, o_layout))
+    ptrs = o_ptr + b.to(gl.int64) * so_b + h * so_h + out_rows[:, None] * so_s + dims[None, :]
+    gl.store(ptrs, out.to(o_ptr.dtype.element_ty), mask=(out_rows[:, None] < S) & (dims[None, :] < D))
 
 
 @gluon.jit
@@ -171,11 +197,148 @@ def _attention_wgmma(q_desc, k_desc, v_desc, o_ptr, H, S, SK, D, scale_log2, so_
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(k_bars.index(i))
         mbarrier.invalidate(v_bars.index(i))
-    out = acc / gl.convert_layout(l_i, o_row_layout)[:, None]
-    out_rows = first_row + gl.arange(0, BLOCK_M, layout=o_row_layout)
-    dims = gl.arange(0, BLOCK_D, layout=gl.SliceLayout(0, o_layout))
-    ptrs = o_ptr + b.to(gl.int64) * so_b + h * so_h + out_rows[:, None] * so_s + dims[None, :]
-    gl.store(ptrs, out.to(dtype), mask=(out_rows[:, None] < S) & (dims[None, :] < D))
+    _store_rows(acc, l_i, o_ptr, b, h, first_row, S, D, so_b, so_h, so_s)
+
+
+@gluon.jit
+def _pingpong_producer(args, which: gl.constexpr, CAUSAL: gl.constexpr):
+    """One warp: both consumers' query tiles, then each key block's K and V into the ring, a slot
+    refilled once both consumers have released it."""
+    descs, bars, buffers, params = args  # one level at a time: Triton's cache key cannot read nested targets
+    q_desc, k_desc, v_desc = descs
+    q_bar, k_bars, v_bars, empty_bars, turns = bars
+    q_smem, k_smem, v_smem = buffers
+    b, h, q0, n_blocks = params[1], params[2], params[3], params[4]
+    block_m: gl.constexpr = q_desc.block_type.shape[2]
+    block_n: gl.constexpr = k_desc.block_type.shape[2]
+    stages: gl.constexpr = k_smem.type.shape[0]
+    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [b, h, q0, 0], q_bar, q_smem.index(0))
+    tma.async_copy_global_to_shared(q_desc, [b, h, q0 + block_m, 0], q_bar, q_smem.index(1))
+    for j in range(n_blocks):
+        slot = j % stages
+        mbarrier.wait(empty_bars.index(slot), ((j // stages) & 1) ^ 1)  # a fresh barrier passes phase 1
+        mbarrier.expect(k_bars.index(slot), k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [b, h, j * block_n, 0], k_bars.index(slot), k_smem.index(slot))
+        mbarrier.expect(v_bars.index(slot), v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(v_desc, [b, h, j * block_n, 0], v_bars.index(slot), v_smem.index(slot))
+
+
+@gluon.jit
+def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr):
+    """One warpgroup, query rows [q0 + which * 64, +64). Each turn it issues q k^T of a key block
+    and p v of the block before, then hands the tensor cores to the other consumer (turn barriers)
+    and runs its softmax while the other's products run: FA3's ping-pong."""
+    descs, bars, buffers, params = args
+    q_desc, k_desc, v_desc = descs
+    q_bar, k_bars, v_bars, empty_bars, turns = bars
+    q_smem, k_smem, v_smem = buffers
+    o_ptr, b, h, q0, n_blocks, S, SK, D, scale_log2, so_b, so_h, so_s = params
+    dtype: gl.constexpr = q_desc.dtype
+    block_m: gl.constexpr = q_desc.block_type.shape[2]
+    block_n: gl.constexpr = k_desc.block_type.shape[2]
+    block_d: gl.constexpr = k_desc.block_type.shape[3]
+    stages: gl.constexpr = k_smem.type.shape[0]
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, block_n, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, block_d, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+    o_row_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
+    my_turn = turns.index(which)
+    their_turn = turns.index(1 - which)
+
+    first_row = q0 + which * block_m
+    unmasked_end = SK
+    if CAUSAL:
+        unmasked_end = gl.minimum(SK, first_row + SK - S + 1)
+    rows = first_row + gl.arange(0, block_m, layout=row_layout)
+    m_i = gl.full([block_m], -float("inf"), gl.float32, layout=row_layout)
+    l_i = gl.zeros([block_m], gl.float32, layout=row_layout)
+    acc = gl.zeros([block_m, block_d], gl.float32, layout=o_layout)
+    s_zero = gl.zeros([block_m, block_n], gl.float32, layout=s_layout)
+
+    mbarrier.wait(q_bar, 0)
+    q = q_smem.index(which).reshape([block_m, block_d])
+    # turn 0: the first block's scores only
+    mbarrier.wait(k_bars.index(0), 0)
+    mbarrier.wait(my_turn, 0)
+    s = warpgroup_mma(q, k_smem.index(0).reshape([block_n, block_d]).permute((1, 0)), s_zero, use_acc=False,
+                      is_async=True)
+    mbarrier.arrive(their_turn)
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+    p, alpha, m_i, l_i = _scores_to_probs(s, m_i, l_i, 0, unmasked_end, rows, S, SK, scale_log2, CAUSAL, block_n,
+                                          col_layout)
+    for j in range(1, n_blocks):
+        slot = j % stages
+        prev = (j - 1) % stages
+        mbarrier.wait(k_bars.index(slot), (j // stages) & 1)
+        mbarrier.wait(v_bars.index(prev), ((j - 1) // stages) & 1)
+        acc = acc * gl.convert_layout(alpha, o_row_layout)[:, None]
+        p_op = gl.convert_layout(p.to(dtype), p_layout)
+        mbarrier.wait(my_turn, j & 1)
+        s = warpgroup_mma(q, k_smem.index(slot).reshape([block_n, block_d]).permute((1, 0)), s_zero, use_acc=False,
+                          is_async=True)
+        acc = warpgroup_mma(p_op, v_smem.index(prev).reshape([block_n, block_d]), acc, is_async=True)
+        mbarrier.arrive(their_turn)
+        s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # the scores are done; p v may still run
+        p, alpha, m_i, l_i = _scores_to_probs(s, m_i, l_i, j * block_n, unmasked_end, rows, S, SK, scale_log2,
+                                              CAUSAL, block_n, col_layout)
+        acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
+        mbarrier.arrive(empty_bars.index(prev))  # block j - 1's K and V are done with here
+    # the last turn: p v of the last block
+    last = n_blocks - 1
+    mbarrier.wait(v_bars.index(last % stages), (last // stages) & 1)
+    acc = acc * gl.convert_layout(alpha, o_row_layout)[:, None]
+    p_op = gl.convert_layout(p.to(dtype), p_layout)
+    mbarrier.wait(my_turn, n_blocks & 1)
+    acc = warpgroup_mma(p_op, v_smem.index(last % stages).reshape([block_n, block_d]), acc, is_async=True)
+    mbarrier.arrive(their_turn)
+    acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
+    mbarrier.arrive(empty_bars.index(last % stages))
+
+    _store_rows(acc, l_i, o_ptr, b, h, first_row, S, D, so_b, so_h, so_s)
+
+
+@gluon.jit
+def _attention_pingpong(q_desc, k_desc, v_desc, o_ptr, H, S, SK, D, scale_log2, so_b, so_h, so_s,
+                        STAGES: gl.constexpr, CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+    """128 query rows a program: two consumer warpgroups of 64 rows each take turns on the tensor
+    cores, one producer warp keeps the K/V ring full (FlashAttention-3's forward schedule)."""
+    dtype: gl.constexpr = q_desc.dtype
+    block_m: gl.constexpr = q_desc.block_type.shape[2]
+    block_n: gl.constexpr = k_desc.block_type.shape[2]
+    b = gl.program_id(1) // H
+    h = gl.program_id(1) % H
+    q0 = gl.program_id(0) * 2 * block_m
+    key_end = SK
+    if CAUSAL:  # bottom-right: key j is visible to query i when j <= i + SK - S
+        key_end = gl.minimum(SK, q0 + 2 * block_m + SK - S)
+    n_blocks = gl.maximum(gl.cdiv(key_end, block_n), 1)
+
+    q_smem = gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_bars.index(i), count=1)
+        mbarrier.init(v_bars.index(i), count=1)
+        mbarrier.init(empty_bars.index(i), count=2)  # both consumers release a slot
+    for i in gl.static_range(2):
+        mbarrier.init(turns.index(i), count=1)
+    mbarrier.arrive(turns.index(0))  # consumer 0 goes first
+
+    args = ((q_desc, k_desc, v_desc), (q_bar, k_bars, v_bars, empty_bars, turns), (q_smem, k_smem, v_smem),
+            (o_ptr, b, h, q0, n_blocks, S, SK, D, scale_log2, so_b, so_h, so_s))
+    gl.warp_specialize([(_pingpong_consumer, (args, 0, CAUSAL)), (_pingpong_consumer, (args, 1, CAUSAL)),
+                        (_pingpong_producer, (args, 0, CAUSAL))], [4, 1], [CONSUMER_REGS, 24])
 
 
 def _descriptor(t: torch.Tensor, rows: int, block_d: int) -> TensorDescriptor:
@@ -199,10 +362,34 @@ def attention_wgmma(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     return out
 
 
-def compile_only(configs: list[tuple[int, int, int, bool]]) -> list[dict[str, Any]]:
-    """Build each config for sm_90 on this machine (no GPU): registers, spills, shared memory, and
-    the distinct wgmma.wait_group counts (how many products may stay in flight)."""
-    from portkern.backends.triton.compile_only import ARCH_TARGETS, compile_launch
+def attention_pingpong(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, block_n: int, stages: int,
+                       out: torch.Tensor | None = None) -> torch.Tensor:
+    """attention_wgmma's result from the ping-pong kernel (128 query rows a program)."""
+    batch, heads, seq = q.shape[:3]
+    out = torch.empty_like(q) if out is None else out
+    grid = (triton.cdiv(seq, 2 * PINGPONG_ROWS), batch * heads)
+    _attention_pingpong[grid](**_pingpong_arguments(q, k, v, out, causal, block_n, stages))
+    return out
+
+
+def _pingpong_arguments(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, causal: bool,
+                        block_n: int, stages: int) -> dict[str, Any]:
+    """Arguments and launch options: 4 + 4 + 1 warps (three warpgroups of registers), the two
+    consumers at CONSUMER_REGS each and the producer at 24 within maxnreg x 12 warps."""
+    heads, seq, head_dim = q.shape[1], q.shape[2], q.shape[3]
+    block_d = max(16, triton.next_power_of_2(head_dim))
+    return {"q_desc": _descriptor(q, PINGPONG_ROWS, block_d), "k_desc": _descriptor(k, block_n, block_d),
+            "v_desc": _descriptor(v, block_n, block_d), "o_ptr": out, "H": heads, "S": seq, "SK": k.shape[2],
+            "D": head_dim, "scale_log2": LOG2E / math.sqrt(head_dim), "so_b": out.stride(0), "so_h": out.stride(1),
+            "so_s": out.stride(2), "STAGES": stages, "CAUSAL": causal, "CONSUMER_REGS": 240, "num_warps": 4,
+            "maxnreg": 168}
+
+
+def compile_only(configs: list[tuple[int, int, int, bool]], pingpong_configs: list[tuple[int, int]]
+                 ) -> list[dict[str, Any]]:
+    """Build each config, and each ping-pong config, for sm_90 on this machine (no GPU): registers,
+    spills, shared memory, and the distinct wgmma.wait_group counts (how many products may stay in
+    flight)."""
     from portkern.backends.triton.modules import Launch
 
     results = []
@@ -215,19 +402,30 @@ def compile_only(configs: list[tuple[int, int, int, bool]]) -> list[dict[str, An
                      "BLOCK_D": head_dim, "STAGES": stages, "CAUSAL": causal, "OVERLAP": overlap}
         row = {"BLOCK_M": block_m, "BLOCK_N": block_n, "STAGES": stages, "OVERLAP": overlap, "head_dim": head_dim,
                "causal": causal}
-        try:
-            launch = Launch(_attention_wgmma, (1,), (), {**arguments, "num_warps": block_m // 16})
-            kernel = compile_launch(launch, ARCH_TARGETS["sm_90"])
-            ptx = kernel["asm"]["ptx"]
-            row.update(ok=True, registers=kernel["n_regs"], spills=kernel["n_spills"], shared=kernel["shared"],
-                       wgmma=ptx.count("wgmma.mma_async"),
-                       waits=sorted({line.split()[1].rstrip(";") for line in ptx.splitlines()
-                                     if "wgmma.wait_group" in line}))
-        except Exception as exc:  # a config the compiler refuses is a result of the probe
-            row.update(ok=False, error=f"{type(exc).__name__}: {str(exc)[-400:]}")
+        row.update(_built(Launch(_attention_wgmma, (1,), (), {**arguments, "num_warps": block_m // 16})))
+        print(row, flush=True)
+        results.append(row)
+    for (block_n, stages), head_dim, causal in itertools.product(pingpong_configs, (64, 128), (False, True)):
+        q = torch.empty(4, 32, 2048, head_dim, dtype=torch.float16, device="meta")
+        row = {"kernel": "pingpong", "BLOCK_N": block_n, "STAGES": stages, "head_dim": head_dim, "causal": causal}
+        launch = Launch(_attention_pingpong, (1,), (), _pingpong_arguments(q, q, q, q, causal, block_n, stages))
+        row.update(_built(launch))
         print(row, flush=True)
         results.append(row)
     return results
+
+
+def _built(launch: Any) -> dict[str, Any]:
+    """What compiling a launch for sm_90 gives: resources, wgmma count and waits, or the error."""
+    from portkern.backends.triton.compile_only import ARCH_TARGETS, compile_launch
+    try:
+        kernel = compile_launch(launch, ARCH_TARGETS["sm_90"])
+    except Exception as exc:  # a config the compiler refuses is a result of the probe
+        return {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[-400:]}"}
+    ptx = kernel["asm"]["ptx"]
+    return {"ok": True, "registers": kernel["n_regs"], "spills": kernel["n_spills"], "shared": kernel["shared"],
+            "warps": kernel["num_warps"], "wgmma": ptx.count("wgmma.mma_async"),
+            "waits": sorted({line.split()[1].rstrip(";") for line in ptx.splitlines() if "wgmma.wait_group" in line})}
 
 
 def _flash_program(shape: tuple[int, int, int, int, bool], config: dict[str, Any]) -> Any:
@@ -245,7 +443,7 @@ def _flash_program(shape: tuple[int, int, int, int, bool], config: dict[str, Any
     return backend.load(backend.compile(Candidate.of(variant, config), task), task)
 
 
-def run_on_gpu(configs: list[tuple[int, int, int, bool]]) -> list[dict[str, Any]]:
+def run_on_gpu(configs: list[tuple[int, int, int, bool]], pingpong_configs: list[tuple[int, int]]) -> list[dict[str, Any]]:
     from triton.testing import do_bench
     sdpa = torch.nn.functional.scaled_dot_product_attention
     results = []
@@ -263,6 +461,9 @@ def run_on_gpu(configs: list[tuple[int, int, int, bool]]) -> list[dict[str, Any]
         candidates = [((block_m, block_n, stages, overlap),
                        lambda out, c=(block_m, block_n, stages, overlap): attention_wgmma(q, k, v, causal, *c, out=out))
                       for block_m, block_n, stages, overlap in configs]
+        candidates += [(("pingpong", block_n, stages),
+                        lambda out, c=(block_n, stages): attention_pingpong(q, k, v, causal, *c, out=out))
+                       for block_n, stages in pingpong_configs]
         if shape in FLASH_BEST:
             try:
                 program = _flash_program(shape, FLASH_BEST[shape])
@@ -293,10 +494,14 @@ def run_on_gpu(configs: list[tuple[int, int, int, bool]]) -> list[dict[str, Any]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--compile-only", action="store_true", help="build for sm_90 here; no GPU needed")
+    parser.add_argument("--pingpong-only", action="store_true",
+                        help="time only the ping-pong kernel (and SDPA, attention_flash): run it under `timeout` "
+                             "until it has run on a GPU once - a barrier mistake hangs rather than fails")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    rows = compile_only(CONFIGS) if args.compile_only else run_on_gpu(CONFIGS)
-    record = {"probe": "gluon attention, intra-warpgroup overlap of q k^T, softmax and p v",
+    configs = [] if args.pingpong_only else CONFIGS
+    rows = compile_only(configs, PINGPONG_CONFIGS) if args.compile_only else run_on_gpu(configs, PINGPONG_CONFIGS)
+    record = {"probe": "gluon attention: intra-warpgroup overlap of q k^T, softmax and p v; FA3's ping-pong",
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "command": " ".join(sys.argv), "python": platform.python_version(), "torch": torch.__version__,
               "triton": triton.__version__,
