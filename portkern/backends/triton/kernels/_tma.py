@@ -33,9 +33,15 @@ def _stored_b_strides(task, p):
     return p.stride_b[::-1] if task.attr("trans_b", False) else p.stride_b
 
 
-def _b_descriptor(task, p, b, b_strides, block_n, block_k):
-    """A descriptor over B as stored (b_strides as _stored_b_strides gives them), in tiles of
-    block_n columns of C by block_k of K."""
+def _b_tiling(task, p, block_n, block_k):
+    """B's shape as stored and its tile for block_n columns of C by block_k of K: N x K in
+    block_n x block_k tiles when trans_b, else K x N in block_k x block_n ones."""
     if task.attr("trans_b", False):
-        return TensorDescriptor(b, [p.N, p.K], list(b_strides), [block_n, block_k])
-    return TensorDescriptor(b, [p.K, p.N], list(b_strides), [block_k, block_n])
+        return [p.N, p.K], [block_n, block_k]
+    return [p.K, p.N], [block_k, block_n]
+
+
+def _b_descriptor(task, p, b, b_strides, block_n, block_k):
+    """A descriptor over B as stored (b_strides as _stored_b_strides gives them)."""
+    shape, block = _b_tiling(task, p, block_n, block_k)
+    return TensorDescriptor(b, shape, list(b_strides), block)

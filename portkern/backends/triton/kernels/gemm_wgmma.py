@@ -181,8 +181,8 @@ def launch(task, config, inputs, outputs):
     a, b, out = inputs[0], inputs[1], outputs[0]
     block_n, block_k, dtype = config["BLOCK_N"], config["BLOCK_K"], task.dtype
     tail = config["BLOCK_M"] - _HEAD_ROWS
-    trans_b = bool(task.attr("trans_b", False))
-    b_shape, b_block = ([p.N, p.K], [block_n, block_k]) if trans_b else ([p.K, p.N], [block_k, block_n])
+    b_shape, b_block = _b_tiling(task, p, block_n, block_k)
+    b_desc = _descriptor(b, b_shape, _stored_b_strides(task, p), b_block, dtype)
     a_desc = _descriptor(a, [p.M, p.K], p.stride_a, [_HEAD_ROWS, block_k], dtype)
     c_desc = _descriptor(out, [p.M, p.N], p.stride_c, [_HEAD_ROWS, block_n], dtype)
     # the 64-row part's descriptors exist only where the kernel reads them
@@ -190,7 +190,6 @@ def launch(task, config, inputs, outputs):
                                _descriptor(out, [p.M, p.N], p.stride_c, [tail, block_n], dtype))
                               if tail else (a_desc, c_desc))
     grid = (triton.cdiv(p.M, config["BLOCK_M"]) * triton.cdiv(p.N, block_n),)
-    _gemm_wgmma[grid](a_desc, tail_desc, _descriptor(b, b_shape, _stored_b_strides(task, p), b_block, dtype), c_desc,
-                      c_tail_desc, p.bias, p.residual, p.M, p.N, p.K, *p.stride_r, TAIL=tail,
-                      GROUP_M=config["GROUP_M"], B_TRANSPOSED=trans_b, STAGES=config["num_stages"], **p.epilogue,
-                      num_warps=config["num_warps"])
+    _gemm_wgmma[grid](a_desc, tail_desc, b_desc, c_desc, c_tail_desc, p.bias, p.residual, p.M, p.N, p.K, *p.stride_r,
+                      TAIL=tail, GROUP_M=config["GROUP_M"], B_TRANSPOSED=bool(task.attr("trans_b", False)),
+                      STAGES=config["num_stages"], **p.epilogue, num_warps=config["num_warps"])
