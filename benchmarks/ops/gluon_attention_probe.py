@@ -35,11 +35,8 @@ belongs under `timeout`, alone (--pingpong-only).
 from __future__ import annotations
 
 import argparse
-import datetime
 import itertools
-import json
 import math
-import platform
 import sys
 from pathlib import Path
 from typing import Any
@@ -50,6 +47,11 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from portkern.synthetic import attention_task
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _gluon_probe import built, program, write_record  # noqa: E402
 
 LOG2E = 1.4426950408889634
 # (batch, heads, seq, head dim, causal): the issue's shapes, then odd ones for the check
@@ -390,6 +392,7 @@ def compile_only(configs: list[tuple[int, int, int, bool]], pingpong_configs: li
     """Build each config, and each ping-pong config, for sm_90 on this machine (no GPU): registers,
     spills, shared memory, and the distinct wgmma.wait_group counts (how many products may stay in
     flight)."""
+    from portkern.backends.triton.compile_only import ARCH_TARGETS, compile_launch
     from portkern.backends.triton.modules import Launch
 
     results = []
@@ -402,48 +405,22 @@ def compile_only(configs: list[tuple[int, int, int, bool]], pingpong_configs: li
                      "BLOCK_D": head_dim, "STAGES": stages, "CAUSAL": causal, "OVERLAP": overlap}
         row = {"BLOCK_M": block_m, "BLOCK_N": block_n, "STAGES": stages, "OVERLAP": overlap, "head_dim": head_dim,
                "causal": causal}
-        row.update(_built(Launch(_attention_wgmma, (1,), (), {**arguments, "num_warps": block_m // 16})))
+        launch = Launch(_attention_wgmma, (1,), (), {**arguments, "num_warps": block_m // 16})
+        row.update(built(lambda: compile_launch(launch, ARCH_TARGETS["sm_90"])))
         print(row, flush=True)
         results.append(row)
     for (block_n, stages), head_dim, causal in itertools.product(pingpong_configs, (64, 128), (False, True)):
         q = torch.empty(4, 32, 2048, head_dim, dtype=torch.float16, device="meta")
         row = {"kernel": "pingpong", "BLOCK_N": block_n, "STAGES": stages, "head_dim": head_dim, "causal": causal}
         launch = Launch(_attention_pingpong, (1,), (), _pingpong_arguments(q, q, q, q, causal, block_n, stages))
-        row.update(_built(launch))
+        row.update(built(lambda: compile_launch(launch, ARCH_TARGETS["sm_90"])))
         print(row, flush=True)
         results.append(row)
     return results
 
 
-def _built(launch: Any) -> dict[str, Any]:
-    """What compiling a launch for sm_90 gives: resources, wgmma count and waits, or the error."""
-    from portkern.backends.triton.compile_only import ARCH_TARGETS, compile_launch
-    try:
-        kernel = compile_launch(launch, ARCH_TARGETS["sm_90"])
-    except Exception as exc:  # a config the compiler refuses is a result of the probe
-        return {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[-400:]}"}
-    ptx = kernel["asm"]["ptx"]
-    return {"ok": True, "registers": kernel["n_regs"], "spills": kernel["n_spills"], "shared": kernel["shared"],
-            "warps": kernel["num_warps"], "wgmma": ptx.count("wgmma.mma_async"),
-            "waits": sorted({line.split()[1].rstrip(";") for line in ptx.splitlines() if "wgmma.wait_group" in line})}
-
-
-def _flash_program(shape: tuple[int, int, int, int, bool], config: dict[str, Any]) -> Any:
-    """portkern's attention_flash for this shape through the Triton backend (compiled, loaded)."""
-    from portkern import synthetic
-    from portkern.backends import get_backend
-    from portkern.backends.base import Candidate
-    from portkern.hwprofile import load_target
-
-    batch, heads, seq, head_dim, causal = shape
-    backend = get_backend(load_target("h200"))
-    task = synthetic.attention_task(batch, heads, seq, head_dim, "float16", causal=causal)
-    assert all(tuple(spec.shape) == (batch, heads, seq, head_dim) for spec in task.inputs[:3]), task.inputs
-    variant = next(v for v in backend.variants(task) if v.name == "attention_flash")
-    return backend.load(backend.compile(Candidate.of(variant, config), task), task)
-
-
-def run_on_gpu(configs: list[tuple[int, int, int, bool]], pingpong_configs: list[tuple[int, int]]) -> list[dict[str, Any]]:
+def run_on_gpu(configs: list[tuple[int, int, int, bool]], pingpong_configs: list[tuple[int, int]]
+               ) -> list[dict[str, Any]]:
     from triton.testing import do_bench
     sdpa = torch.nn.functional.scaled_dot_product_attention
     results = []
@@ -466,8 +443,11 @@ def run_on_gpu(configs: list[tuple[int, int, int, bool]], pingpong_configs: list
                        for block_n, stages in pingpong_configs]
         if shape in FLASH_BEST:
             try:
-                program = _flash_program(shape, FLASH_BEST[shape])
-                candidates.append((("attention_flash", FLASH_BEST[shape]), lambda out: program([q, k, v], [out])))
+                task = attention_task(batch, heads, seq, head_dim, "float16", causal=causal)
+                assert all(tuple(spec.shape) == (batch, heads, seq, head_dim)
+                           for spec in task.inputs[:3]), task.inputs
+                flash = program(task, "attention_flash", FLASH_BEST[shape])
+                candidates.append((("attention_flash", FLASH_BEST[shape]), lambda out: flash([q, k, v], [out])))
             except Exception as exc:
                 print(f"    attention_flash: {type(exc).__name__}: {exc}", flush=True)
         for label, run in candidates:
@@ -501,15 +481,8 @@ def main() -> None:
     args = parser.parse_args()
     configs = [] if args.pingpong_only else CONFIGS
     rows = compile_only(configs, PINGPONG_CONFIGS) if args.compile_only else run_on_gpu(configs, PINGPONG_CONFIGS)
-    record = {"probe": "gluon attention: intra-warpgroup overlap of q k^T, softmax and p v; FA3's ping-pong",
-              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "command": " ".join(sys.argv), "python": platform.python_version(), "torch": torch.__version__,
-              "triton": triton.__version__,
-              "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "none (sm_90 cross-compile)",
-              "rows": rows}
-    if args.out:
-        args.out.write_text(json.dumps(record, indent=1))
-
+    write_record(args.out, "gluon attention: intra-warpgroup overlap of q k^T, softmax and p v; FA3's ping-pong",
+                 rows)
 
 if __name__ == "__main__":
     main()

@@ -20,23 +20,19 @@ results/h100-gluon-gemm-probe-2026-12-06.log.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import platform
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
-import triton
 
-from portkern import synthetic
-from portkern.backends import get_backend
-from portkern.backends.base import Candidate
 from portkern.backends.triton.compile_only import compile_for
-from portkern.hwprofile import load_target
+from portkern.synthetic import gemm_task
+from portkern.tasks import Task
 
-HEAD_ROWS = 128  # the first accumulator's rows; TAIL adds a second accumulator below it
+sys.path.insert(0, str(Path(__file__).parent))
+from _gluon_probe import built, candidate, program, write_record  # noqa: E402
+
 SHAPES = [(4096, 768, 768), (4096, 3072, 768), (4096, 768, 3072), (4096, 4096, 4096), (4096, 11008, 4096)]
 ODD_SHAPES = [(1000, 200, 136), (333, 520, 64)]  # rows, columns and K steps cut by every edge, checked only
 _KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "num_warps")
@@ -52,42 +48,29 @@ TMA_BEST = {
                 {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 3, "num_warps": 8}],
     SHAPES[3]: [{"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 3, "num_warps": 8}],
     SHAPES[4]: [{"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 5, "num_warps": 4}]}
-BACKEND = get_backend(load_target("h200"))
 
 
-def _candidate(name: str, shape: tuple[int, int, int], config: dict[str, Any]) -> tuple[Candidate, Any]:
-    """(candidate, task) for a variant of the linear-layer GEMM of this shape, the rest of its
-    config at DEFAULT (gemm_tma: persistent on every SM, FLATTEN and TMA_STORE on)."""
-    task = synthetic.gemm_task(*shape, "float16", trans_b=True)
-    variant = next(v for v in BACKEND.variants(task, runnable_here=False) if v.name == name)
-    full = {**variant.default, **config}
-    if name == "gemm_tma":
-        sms = torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else 132
-        full.update(NUM_SMS=sms, FLATTEN=True, TMA_STORE=True)
-    return Candidate.of(variant, full), task
+def _linear(shape: tuple[int, int, int]) -> Task:
+    """The linear-layer GEMM of this shape (weight N x K)."""
+    return gemm_task(*shape, "float16", trans_b=True)
+
+
+def _tma_config(config: dict[str, Any]) -> dict[str, Any]:
+    """gemm_tma's measured tile, persistent on every SM, FLATTEN and TMA_STORE on."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else 132
+    return {**config, "NUM_SMS": sms, "FLATTEN": True, "TMA_STORE": True}
 
 
 def compile_only(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Build each gemm_wgmma config for sm_90 on this machine (no GPU): registers, spills, shared memory."""
     results = []
     for config in configs:
-        row: dict[str, Any] = dict(config)
-        try:
-            kernel = compile_for(*_candidate("gemm_wgmma", SHAPES[2], config), "sm_90")["kernels"][0]
-            ptx = kernel["asm"]["ptx"]
-            row.update(ok=True, registers=kernel["n_regs"], spills=kernel["n_spills"], shared=kernel["shared"],
-                       wgmma=ptx.count("wgmma.mma_async"))
-        except Exception as exc:  # a config the compiler refuses is a result of the probe
-            row.update(ok=False, error=f"{type(exc).__name__}: {str(exc)[-400:]}")
+        task = _linear(SHAPES[2])
+        wgmma = candidate(task, "gemm_wgmma", config)
+        row = {**config, **built(lambda: compile_for(wgmma, task, "sm_90")["kernels"][0])}
         print(row, flush=True)
         results.append(row)
     return results
-
-
-def _program(name: str, shape: tuple[int, int, int], config: dict[str, Any]) -> Any:
-    """portkern's compiled, loaded program for this variant and config."""
-    candidate, task = _candidate(name, shape, config)
-    return BACKEND.load(BACKEND.compile(candidate, task), task)
 
 
 def run_on_gpu(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -111,12 +94,13 @@ def run_on_gpu(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         else:
             print(f"{name}: check only", flush=True)
         out = torch.empty(m, n, device="cuda", dtype=torch.float16)
-        variants = [("gemm_wgmma", config) for config in configs] + [("gemm_tma", c) for c in TMA_BEST.get(shape, [])]
+        variants = [("gemm_wgmma", config) for config in configs] + [
+            ("gemm_tma", _tma_config(c)) for c in TMA_BEST.get(shape, [])]
         for variant, config in variants:
             row: dict[str, Any] = {"shape": name, "variant": variant, "config": config, "cublas_ms": cublas_ms}
             try:
-                program = _program(variant, shape, config)
-                run: Callable[[], None] = lambda: program([a, weight], [out])  # noqa: E731
+                loaded = program(_linear(shape), variant, config)
+                run: Callable[[], None] = lambda: loaded([a, weight], [out])  # noqa: E731
                 out.fill_(float("nan"))
                 run()
                 torch.cuda.synchronize()
@@ -145,15 +129,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     rows = compile_only(CONFIGS) if args.compile_only else run_on_gpu(CONFIGS)
-    record = {"probe": "gemm_wgmma: 192-row tiles as a 128-row and a 64-row product in flight together",
-              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "command": " ".join(sys.argv), "python": platform.python_version(), "torch": torch.__version__,
-              "triton": triton.__version__,
-              "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "none (sm_90 cross-compile)",
-              "rows": rows}
-    if args.out:
-        args.out.write_text(json.dumps(record, indent=1))
-
+    write_record(args.out, "gemm_wgmma: 192-row tiles as a 128-row and a 64-row product in flight together", rows)
 
 if __name__ == "__main__":
     main()
