@@ -61,7 +61,9 @@ CONFIGS = [  # BLOCK_M (16 rows a warp: 64 = one warpgroup, 128 = two), BLOCK_N,
     (64, 64, 2, True), (64, 128, 2, True), (64, 64, 3, True), (128, 64, 2, True), (128, 128, 2, True),
     (128, 64, 3, True), (64, 64, 2, False), (128, 128, 2, False)]
 PINGPONG_ROWS = 64  # query rows of each ping-pong consumer (one warpgroup)
-PINGPONG_CONFIGS = [(64, 2), (128, 2), (64, 3)]  # BLOCK_N, STAGES
+PINGPONG_CONFIGS = [  # BLOCK_N, STAGES, EARLY_K, HEAVY_FIRST
+    (128, 2, False, False), (128, 2, True, False), (128, 2, False, True), (128, 2, True, True), (64, 2, True, True),
+    (64, 3, True, True), (128, 3, True, True)]
 # attention_flash's best configs on these shapes (h200-grid-attention-tma-2026-12-04), timed beside it
 FLASH_BEST = {SHAPES[0]: {"BLOCK_M": 128, "BLOCK_N": 32, "TMA": False, "num_warps": 4, "num_stages": 3},
               SHAPES[1]: {"BLOCK_M": 64, "BLOCK_N": 128, "TMA": True, "num_warps": 4, "num_stages": 2},
@@ -72,17 +74,18 @@ FLASH_BEST = {SHAPES[0]: {"BLOCK_M": 128, "BLOCK_N": 32, "TMA": False, "num_warp
 def _scores_to_probs(s, m_i, l_i, start, unmasked_end, rows, S, SK, scale_log2, CAUSAL: gl.constexpr,
                      BLOCK_N: gl.constexpr, col_layout: gl.constexpr):
     """One online-softmax step on a block of raw scores: probabilities, the accumulator's rescale,
-    the new running max (log2 units) and sum. Only blocks past unmasked_end pay for the mask."""
-    s = s * scale_log2
+    the new running max (log2 units) and sum. Only blocks past unmasked_end pay for the mask. The
+    scale goes into the exponent (s * scale - max in one FFMA a score): the softmax's arithmetic,
+    not the tensor cores, is what the ping-pong has to hide."""
     if start + BLOCK_N > unmasked_end:
         cols = start + gl.arange(0, BLOCK_N, layout=col_layout)
         visible = cols[None, :] < SK
         if CAUSAL:
             visible = visible & (cols[None, :] <= rows[:, None] + (SK - S))
         s = gl.where(visible, s, -float("inf"))
-    m_new = gl.maximum(m_i, gl.max(s, axis=1))
+    m_new = gl.maximum(m_i, gl.max(s, axis=1) * scale_log2)
     alpha = gl.exp2(m_i - m_new)
-    p = gl.exp2(s - m_new[:, None])
+    p = gl.exp2(s * scale_log2 - m_new[:, None])
     return p, alpha, m_new, l_i * alpha + gl.sum(p, axis=1)
 
 
@@ -203,12 +206,12 @@ def _attention_wgmma(q_desc, k_desc, v_desc, o_ptr, H, S, SK, D, scale_log2, so_
 
 
 @gluon.jit
-def _pingpong_producer(args, which: gl.constexpr, CAUSAL: gl.constexpr):
-    """One warp: both consumers' query tiles, then each key block's K and V into the ring, a slot
-    refilled once both consumers have released it."""
+def _pingpong_producer(args, which: gl.constexpr, CAUSAL: gl.constexpr, EARLY_K: gl.constexpr):
+    """One warp: both consumers' query tiles, then each key block's K and V into the ring, a slot's
+    K (V) refilled once both consumers have released that K (V)."""
     descs, bars, buffers, params = args  # one level at a time: Triton's cache key cannot read nested targets
     q_desc, k_desc, v_desc = descs
-    q_bar, k_bars, v_bars, empty_bars, turns = bars
+    q_bar, k_bars, v_bars, k_free, v_free, turns = bars
     q_smem, k_smem, v_smem = buffers
     b, h, q0, n_blocks = params[1], params[2], params[3], params[4]
     block_m: gl.constexpr = q_desc.block_type.shape[2]
@@ -219,21 +222,23 @@ def _pingpong_producer(args, which: gl.constexpr, CAUSAL: gl.constexpr):
     tma.async_copy_global_to_shared(q_desc, [b, h, q0 + block_m, 0], q_bar, q_smem.index(1))
     for j in range(n_blocks):
         slot = j % stages
-        mbarrier.wait(empty_bars.index(slot), ((j // stages) & 1) ^ 1)  # a fresh barrier passes phase 1
+        mbarrier.wait(k_free.index(slot), ((j // stages) & 1) ^ 1)  # a fresh barrier passes phase 1
         mbarrier.expect(k_bars.index(slot), k_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(k_desc, [b, h, j * block_n, 0], k_bars.index(slot), k_smem.index(slot))
+        mbarrier.wait(v_free.index(slot), ((j // stages) & 1) ^ 1)
         mbarrier.expect(v_bars.index(slot), v_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(v_desc, [b, h, j * block_n, 0], v_bars.index(slot), v_smem.index(slot))
 
 
 @gluon.jit
-def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr):
+def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, EARLY_K: gl.constexpr):
     """One warpgroup, query rows [q0 + which * 64, +64). Each turn it issues q k^T of a key block
     and p v of the block before, then hands the tensor cores to the other consumer (turn barriers)
-    and runs its softmax while the other's products run: FA3's ping-pong."""
+    and runs its softmax while the other's products run: FA3's ping-pong. EARLY_K releases a key
+    block as soon as its scores are done (FA3 does), not with its values."""
     descs, bars, buffers, params = args
     q_desc, k_desc, v_desc = descs
-    q_bar, k_bars, v_bars, empty_bars, turns = bars
+    q_bar, k_bars, v_bars, k_free, v_free, turns = bars
     q_smem, k_smem, v_smem = buffers
     o_ptr, b, h, q0, n_blocks, S, SK, D, scale_log2, so_b, so_h, so_s = params
     dtype: gl.constexpr = q_desc.dtype
@@ -271,6 +276,8 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr):
                       is_async=True)
     mbarrier.arrive(their_turn)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+    if EARLY_K:
+        mbarrier.arrive(k_free.index(0))
     p, alpha, m_i, l_i = _scores_to_probs(s, m_i, l_i, 0, unmasked_end, rows, S, SK, scale_log2, CAUSAL, block_n,
                                           col_layout)
     for j in range(1, n_blocks):
@@ -286,10 +293,14 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr):
         acc = warpgroup_mma(p_op, v_smem.index(prev).reshape([block_n, block_d]), acc, is_async=True)
         mbarrier.arrive(their_turn)
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # the scores are done; p v may still run
+        if EARLY_K:
+            mbarrier.arrive(k_free.index(slot))
         p, alpha, m_i, l_i = _scores_to_probs(s, m_i, l_i, j * block_n, unmasked_end, rows, S, SK, scale_log2,
                                               CAUSAL, block_n, col_layout)
         acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
-        mbarrier.arrive(empty_bars.index(prev))  # block j - 1's K and V are done with here
+        mbarrier.arrive(v_free.index(prev))  # block j - 1's values are done with here
+        if not EARLY_K:
+            mbarrier.arrive(k_free.index(prev))
     # the last turn: p v of the last block
     last = n_blocks - 1
     mbarrier.wait(v_bars.index(last % stages), (last // stages) & 1)
@@ -299,22 +310,30 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr):
     acc = warpgroup_mma(p_op, v_smem.index(last % stages).reshape([block_n, block_d]), acc, is_async=True)
     mbarrier.arrive(their_turn)
     acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
-    mbarrier.arrive(empty_bars.index(last % stages))
+    mbarrier.arrive(v_free.index(last % stages))
+    if not EARLY_K:
+        mbarrier.arrive(k_free.index(last % stages))
 
     _store_rows(acc, l_i, o_ptr, b, h, first_row, S, D, so_b, so_h, so_s)
 
 
 @gluon.jit
 def _attention_pingpong(q_desc, k_desc, v_desc, o_ptr, H, S, SK, D, scale_log2, so_b, so_h, so_s,
-                        STAGES: gl.constexpr, CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+                        STAGES: gl.constexpr, CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                        EARLY_K: gl.constexpr, HEAVY_FIRST: gl.constexpr):
     """128 query rows a program: two consumer warpgroups of 64 rows each take turns on the tensor
-    cores, one producer warp keeps the K/V ring full (FlashAttention-3's forward schedule)."""
+    cores, one producer warp keeps the K/V ring full (FlashAttention-3's forward schedule).
+    HEAVY_FIRST starts each head's last (under a causal mask, longest) row blocks first, so that
+    the wave that ends the launch is of short programs."""
     dtype: gl.constexpr = q_desc.dtype
     block_m: gl.constexpr = q_desc.block_type.shape[2]
     block_n: gl.constexpr = k_desc.block_type.shape[2]
     b = gl.program_id(1) // H
     h = gl.program_id(1) % H
-    q0 = gl.program_id(0) * 2 * block_m
+    row_block = gl.program_id(0)
+    if HEAVY_FIRST:
+        row_block = gl.num_programs(0) - 1 - row_block
+    q0 = row_block * 2 * block_m
     key_end = SK
     if CAUSAL:  # bottom-right: key j is visible to query i when j <= i + SK - S
         key_end = gl.minimum(SK, q0 + 2 * block_m + SK - S)
@@ -326,21 +345,24 @@ def _attention_pingpong(q_desc, k_desc, v_desc, o_ptr, H, S, SK, D, scale_log2, 
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     k_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_bars.index(i), count=1)
         mbarrier.init(v_bars.index(i), count=1)
-        mbarrier.init(empty_bars.index(i), count=2)  # both consumers release a slot
+        mbarrier.init(k_free.index(i), count=2)  # both consumers release a slot
+        mbarrier.init(v_free.index(i), count=2)
     for i in gl.static_range(2):
         mbarrier.init(turns.index(i), count=1)
     mbarrier.arrive(turns.index(0))  # consumer 0 goes first
 
-    args = ((q_desc, k_desc, v_desc), (q_bar, k_bars, v_bars, empty_bars, turns), (q_smem, k_smem, v_smem),
+    args = ((q_desc, k_desc, v_desc), (q_bar, k_bars, v_bars, k_free, v_free, turns), (q_smem, k_smem, v_smem),
             (o_ptr, b, h, q0, n_blocks, S, SK, D, scale_log2, so_b, so_h, so_s))
-    gl.warp_specialize([(_pingpong_consumer, (args, 0, CAUSAL)), (_pingpong_consumer, (args, 1, CAUSAL)),
-                        (_pingpong_producer, (args, 0, CAUSAL))], [4, 1], [CONSUMER_REGS, 24])
+    gl.warp_specialize([(_pingpong_consumer, (args, 0, CAUSAL, EARLY_K)),
+                        (_pingpong_consumer, (args, 1, CAUSAL, EARLY_K)),
+                        (_pingpong_producer, (args, 0, CAUSAL, EARLY_K))], [4, 1], [CONSUMER_REGS, 24])
 
 
 def _descriptor(t: torch.Tensor, rows: int, block_d: int) -> TensorDescriptor:
@@ -365,17 +387,17 @@ def attention_wgmma(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
 
 def attention_pingpong(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, block_n: int, stages: int,
-                       out: torch.Tensor | None = None) -> torch.Tensor:
+                       early_k: bool, heavy_first: bool, out: torch.Tensor | None = None) -> torch.Tensor:
     """attention_wgmma's result from the ping-pong kernel (128 query rows a program)."""
     batch, heads, seq = q.shape[:3]
     out = torch.empty_like(q) if out is None else out
     grid = (triton.cdiv(seq, 2 * PINGPONG_ROWS), batch * heads)
-    _attention_pingpong[grid](**_pingpong_arguments(q, k, v, out, causal, block_n, stages))
+    _attention_pingpong[grid](**_pingpong_arguments(q, k, v, out, causal, block_n, stages, early_k, heavy_first))
     return out
 
 
 def _pingpong_arguments(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, causal: bool,
-                        block_n: int, stages: int) -> dict[str, Any]:
+                        block_n: int, stages: int, early_k: bool, heavy_first: bool) -> dict[str, Any]:
     """Arguments and launch options: 4 + 4 + 1 warps (three warpgroups of registers), the two
     consumers at CONSUMER_REGS each and the producer at 24 within maxnreg x 12 warps."""
     heads, seq, head_dim = q.shape[1], q.shape[2], q.shape[3]
@@ -383,11 +405,11 @@ def _pingpong_arguments(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
     return {"q_desc": _descriptor(q, PINGPONG_ROWS, block_d), "k_desc": _descriptor(k, block_n, block_d),
             "v_desc": _descriptor(v, block_n, block_d), "o_ptr": out, "H": heads, "S": seq, "SK": k.shape[2],
             "D": head_dim, "scale_log2": LOG2E / math.sqrt(head_dim), "so_b": out.stride(0), "so_h": out.stride(1),
-            "so_s": out.stride(2), "STAGES": stages, "CAUSAL": causal, "CONSUMER_REGS": 240, "num_warps": 4,
-            "maxnreg": 168}
+            "so_s": out.stride(2), "STAGES": stages, "CAUSAL": causal, "CONSUMER_REGS": 240, "EARLY_K": early_k,
+            "HEAVY_FIRST": heavy_first, "num_warps": 4, "maxnreg": 168}
 
 
-def compile_only(configs: list[tuple[int, int, int, bool]], pingpong_configs: list[tuple[int, int]]
+def compile_only(configs: list[tuple[int, int, int, bool]], pingpong_configs: list[tuple[int, int, bool, bool]]
                  ) -> list[dict[str, Any]]:
     """Build each config, and each ping-pong config, for sm_90 on this machine (no GPU): registers,
     spills, shared memory, and the distinct wgmma.wait_group counts (how many products may stay in
@@ -409,19 +431,22 @@ def compile_only(configs: list[tuple[int, int, int, bool]], pingpong_configs: li
         row.update(built(lambda: compile_launch(launch, ARCH_TARGETS["sm_90"])))
         print(row, flush=True)
         results.append(row)
-    for (block_n, stages), head_dim, causal in itertools.product(pingpong_configs, (64, 128), (False, True)):
+    for config, head_dim, causal in itertools.product(pingpong_configs, (64, 128), (False, True)):
         q = torch.empty(4, 32, 2048, head_dim, dtype=torch.float16, device="meta")
-        row = {"kernel": "pingpong", "BLOCK_N": block_n, "STAGES": stages, "head_dim": head_dim, "causal": causal}
-        launch = Launch(_attention_pingpong, (1,), (), _pingpong_arguments(q, q, q, q, causal, block_n, stages))
+        row = {"kernel": "pingpong", **dict(zip(("BLOCK_N", "STAGES", "EARLY_K", "HEAVY_FIRST"), config)),
+               "head_dim": head_dim, "causal": causal}
+        launch = Launch(_attention_pingpong, (1,), (), _pingpong_arguments(q, q, q, q, causal, *config))
         row.update(built(lambda: compile_launch(launch, ARCH_TARGETS["sm_90"])))
         print(row, flush=True)
         results.append(row)
     return results
 
 
-def run_on_gpu(configs: list[tuple[int, int, int, bool]], pingpong_configs: list[tuple[int, int]]
+def run_on_gpu(configs: list[tuple[int, int, int, bool]], pingpong_configs: list[tuple[int, int, bool, bool]]
                ) -> list[dict[str, Any]]:
-    from triton.testing import do_bench
+    """Check each kernel against SDPA in float32, then time it with do_bench (L2 flushed, host time
+    between back-to-back calls included) and in a CUDA graph (device time only)."""
+    from triton.testing import do_bench, do_bench_cudagraph
     sdpa = torch.nn.functional.scaled_dot_product_attention
     results = []
     for shape in SHAPES + ODD_SHAPES:
@@ -433,14 +458,15 @@ def run_on_gpu(configs: list[tuple[int, int, int, bool]], pingpong_configs: list
         reference = sdpa(q.float(), k.float(), v.float(), is_causal=causal)
         flops = 4 * batch * heads * seq * seq * head_dim * (0.5 if causal else 1.0)
         sdpa_ms = do_bench(lambda: sdpa(q, k, v, is_causal=causal), warmup=25, rep=200)
+        sdpa_graph_ms = do_bench_cudagraph(lambda: sdpa(q, k, v, is_causal=causal), rep=200)
         name = f"b{batch} h{heads} s{seq} d{head_dim}{' causal' if causal else ''}"
-        print(f"{name}: SDPA {sdpa_ms * 1e3:.1f} us ({flops / sdpa_ms / 1e9:.0f} TFLOP/s)", flush=True)
+        print(f"{name}: SDPA {sdpa_ms * 1e3:.1f} us ({flops / sdpa_ms / 1e9:.0f} TFLOP/s), in a CUDA graph "
+              f"{sdpa_graph_ms * 1e3:.1f} us ({flops / sdpa_graph_ms / 1e9:.0f} TFLOP/s)", flush=True)
         candidates = [((block_m, block_n, stages, overlap),
                        lambda out, c=(block_m, block_n, stages, overlap): attention_wgmma(q, k, v, causal, *c, out=out))
                       for block_m, block_n, stages, overlap in configs]
-        candidates += [(("pingpong", block_n, stages),
-                        lambda out, c=(block_n, stages): attention_pingpong(q, k, v, causal, *c, out=out))
-                       for block_n, stages in pingpong_configs]
+        candidates += [(("pingpong", *config), lambda out, c=config: attention_pingpong(q, k, v, causal, *c, out=out))
+                       for config in pingpong_configs]
         if shape in FLASH_BEST:
             try:
                 task = attention_task(batch, heads, seq, head_dim, "float16", causal=causal)
@@ -451,7 +477,7 @@ def run_on_gpu(configs: list[tuple[int, int, int, bool]], pingpong_configs: list
             except Exception as exc:
                 print(f"    attention_flash: {type(exc).__name__}: {exc}", flush=True)
         for label, run in candidates:
-            row = {"shape": name, "kernel": str(label), "sdpa_ms": sdpa_ms}
+            row = {"shape": name, "kernel": str(label), "sdpa_ms": sdpa_ms, "sdpa_graph_ms": sdpa_graph_ms}
             try:
                 out = torch.full_like(q, float("nan"))
                 run(out)
@@ -462,13 +488,29 @@ def run_on_gpu(configs: list[tuple[int, int, int, bool]], pingpong_configs: list
                     row["status"] = "wrong"
                 else:
                     ms = do_bench(lambda: run(out), warmup=25, rep=200)
-                    row.update(status="ok", ms=ms, tflops=flops / ms / 1e9, vs_sdpa=sdpa_ms / ms)
+                    graph_ms = do_bench_cudagraph(lambda: run(out), rep=200)
+                    row.update(status="ok", ms=ms, tflops=flops / ms / 1e9, vs_sdpa=sdpa_ms / ms, graph_ms=graph_ms,
+                               graph_tflops=flops / graph_ms / 1e9, graph_vs_sdpa=sdpa_graph_ms / graph_ms)
             except Exception as exc:
                 row.update(status="error", error=f"{type(exc).__name__}: {str(exc)[-300:]}")
             print("   ", {key: (round(value, 4) if isinstance(value, float) else value) for key, value in row.items()
-                          if key not in ("shape", "sdpa_ms")}, flush=True)
+                          if key not in ("shape", "sdpa_ms", "sdpa_graph_ms")}, flush=True)
             results.append(row)
     return results
+
+
+def launch_once(pingpong_configs: list[tuple[int, int, bool, bool]]) -> None:
+    """One launch of SDPA, attention_flash and each ping-pong config on the issue's two larger shapes,
+    nothing timed: the program to run under Nsight Compute (each kernel's counters, stall reasons)."""
+    for shape in SHAPES[1:]:
+        batch, heads, seq, head_dim, causal = shape
+        q, k, v = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.float16) for _ in range(3))
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        program(attention_task(batch, heads, seq, head_dim, "float16", causal=causal), "attention_flash",
+                FLASH_BEST[shape])([q, k, v], [torch.empty_like(q)])
+        for config in pingpong_configs:
+            attention_pingpong(q, k, v, causal, *config)
+    torch.cuda.synchronize()
 
 
 def main() -> None:
@@ -477,8 +519,13 @@ def main() -> None:
     parser.add_argument("--pingpong-only", action="store_true",
                         help="time only the ping-pong kernel (and SDPA, attention_flash): run it under `timeout` "
                              "until it has run on a GPU once - a barrier mistake hangs rather than fails")
+    parser.add_argument("--launch-once", action="store_true",
+                        help="launch each kernel once, untimed, for a profiler (ncu) to wrap")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    if args.launch_once:
+        launch_once(PINGPONG_CONFIGS)
+        return
     configs = [] if args.pingpong_only else CONFIGS
     rows = compile_only(configs, PINGPONG_CONFIGS) if args.compile_only else run_on_gpu(configs, PINGPONG_CONFIGS)
     write_record(args.out, "gluon attention: intra-warpgroup overlap of q k^T, softmax and p v; FA3's ping-pong",
