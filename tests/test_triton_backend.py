@@ -373,7 +373,7 @@ def test_gluon_attention_probe_builds_for_sm90_with_a_product_in_flight() -> Non
     (q k^T done, p v still running) and fit without spills at head dims 64 and 128; the ping-pong
     kernel runs 12 warps (two consumer warpgroups, a producer warp and its warpgroup's padding)."""
     probe = _ops_script("gluon_attention_probe")
-    rows = probe.compile_only([(64, 64, 2, True)], [(64, 2, True, True)])
+    rows = probe.compile_only([(64, 64, 2, True)], [{"BLOCK_N": 64, "STAGES": 2, "PERSISTENT": True}])
     assert len(rows) == 8 and all(row["ok"] for row in rows), rows
     assert all("1" in row["waits"] and row["spills"] == 0 for row in rows)
     assert [row["warps"] for row in rows] == [4] * 4 + [12] * 4

@@ -56,6 +56,8 @@ CASES: dict[str, list[Callable[[str], Task]]] = {
         lambda dt: synthetic.attention_task(1, 2, 5, 24, dt, seq_kv=70, causal=True, packed_heads=True),
         # several query blocks on the diagonal: whole key blocks below it run unmasked, the rest masked
         lambda dt: synthetic.attention_task(1, 1, 70, 32, dt, mask=True, causal=True),
+        # three 128-row query tiles under a causal mask: attention_pingpong pairs the first with the last
+        lambda dt: synthetic.attention_task(1, 2, 300, 16, dt, causal=True),
     ],
     "conv2d": [
         lambda dt: synthetic.conv2d_task(2, 5, 9, 7, 6, 3, 3, dt, pad=1, activation="relu"),

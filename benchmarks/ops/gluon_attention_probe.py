@@ -11,25 +11,18 @@ at each wait, so one warpgroup can overlap, as FlashAttention-3 does inside a wa
     wait until only o's product is in flight; softmax of s[j+1] while o's runs
     wait for o; refill the K/V ring slot of block j with block j + STAGES (TMA)
 
-That overlap bought 2-3% on an H100 (results/h100-gluon-attention-probe-2026-12-06.log). The second
-kernel here is FA3's other half, the ping-pong: a program of 128 query rows runs two consumer
-warpgroups of 64 rows and one producer warp (warp specialization, registers moved to the consumers
-with setmaxnreg). The producer keeps a K/V ring full through TMA; the consumers take turns on the
-tensor cores (two mbarriers pass the turn), each issuing its q k^T of block j and p v of block j-1
-together, then running its softmax while the other's products run; a ring slot is refilled once
-both consumers have released it.
-
-Both kernels: fp16/bf16, head dim up to 128, optional bottom-right causal mask, any sequence
-lengths (TMA zero-fills past every edge, the tail block is masked); checked against SDPA in
-float32 and timed beside SDPA and attention_flash's best config on the issue's three shapes with
-do_bench. Nothing in portkern uses them: this decides whether a Gluon attention variant is worth
-building. The ping-pong kernel was written without a GPU at hand (cross-compiled for sm_90 with
-Triton 3.6 and 3.7, not yet run): a barrier mistake hangs instead of failing, so its first run
-belongs under `timeout`, alone (--pingpong-only).
+That overlap bought 2-3% on an H100 (results/h100-gluon-attention-probe-2026-12-06.log). FA3's
+other half, the ping-pong of two consumer warpgroups with a producer warp, began here and is now
+portkern's attention_pingpong variant (kernels/attention_pingpong.py); this probe times its
+configs beside the overlap kernel, attention_flash's best configs and SDPA (with do_bench, L2
+flushed and host time between calls included, and in CUDA graphs: device time), after checking
+each against SDPA in float32 on the issue's three shapes and three odd ones. --launch-once runs
+each kernel once for Nsight Compute. The overlap kernel: fp16/bf16, head dim up to 128, optional
+bottom-right causal mask, any sequence lengths (TMA zero-fills past every edge).
 
     python benchmarks/ops/gluon_attention_probe.py --compile-only    # no GPU: builds for sm_90
     bash benchmarks/gpu_run.sh timeout 240 python3 benchmarks/ops/gluon_attention_probe.py --pingpong-only \
-        --out $OUT/pingpong.json
+        --out $OUT/pingpong.json     # a barrier mistake hangs rather than fails: under timeout
     bash benchmarks/gpu_run.sh python3 benchmarks/ops/gluon_attention_probe.py --out $OUT/probe.json
 """
 from __future__ import annotations
@@ -48,10 +41,15 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from portkern.backends.triton.modules import kernel_module
 from portkern.synthetic import attention_task
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _gluon_probe import built, program, write_record  # noqa: E402
+from _gluon_probe import built, candidate, program, write_record  # noqa: E402
+
+# the softmax step is the attention_pingpong variant's (no mask here: HAS_MASK=False)
+_scores_to_probs = kernel_module(candidate(attention_task(1, 1, 64, 64, "float16"), "attention_pingpong", {}).variant,
+                                 interpret=False)._scores_to_probs
 
 LOG2E = 1.4426950408889634
 # (batch, heads, seq, head dim, causal): the issue's shapes, then odd ones for the check
@@ -60,33 +58,13 @@ ODD_SHAPES = [(2, 3, 197, 64, False), (1, 4, 300, 128, True), (2, 2, 77, 32, Tru
 CONFIGS = [  # BLOCK_M (16 rows a warp: 64 = one warpgroup, 128 = two), BLOCK_N, STAGES, OVERLAP
     (64, 64, 2, True), (64, 128, 2, True), (64, 64, 3, True), (128, 64, 2, True), (128, 128, 2, True),
     (128, 64, 3, True), (64, 64, 2, False), (128, 128, 2, False)]
-PINGPONG_ROWS = 64  # query rows of each ping-pong consumer (one warpgroup)
-PINGPONG_CONFIGS = [  # BLOCK_N, STAGES, EARLY_K, HEAVY_FIRST
-    (128, 2, False, False), (128, 2, True, False), (128, 2, False, True), (128, 2, True, True), (64, 2, True, True),
-    (64, 3, True, True), (128, 3, True, True)]
+PINGPONG_CONFIGS = [{"BLOCK_N": 128, "STAGES": 2, "PERSISTENT": False},
+                    {"BLOCK_N": 128, "STAGES": 2, "PERSISTENT": True},
+                    {"BLOCK_N": 64, "STAGES": 2, "PERSISTENT": True}, {"BLOCK_N": 64, "STAGES": 3, "PERSISTENT": True}]
 # attention_flash's best configs on these shapes (h200-grid-attention-tma-2026-12-04), timed beside it
 FLASH_BEST = {SHAPES[0]: {"BLOCK_M": 128, "BLOCK_N": 32, "TMA": False, "num_warps": 4, "num_stages": 3},
               SHAPES[1]: {"BLOCK_M": 64, "BLOCK_N": 128, "TMA": True, "num_warps": 4, "num_stages": 2},
               SHAPES[2]: {"BLOCK_M": 64, "BLOCK_N": 64, "TMA": True, "num_warps": 4, "num_stages": 3}}
-
-
-@gluon.jit
-def _scores_to_probs(s, m_i, l_i, start, unmasked_end, rows, S, SK, scale_log2, CAUSAL: gl.constexpr,
-                     BLOCK_N: gl.constexpr, col_layout: gl.constexpr):
-    """One online-softmax step on a block of raw scores: probabilities, the accumulator's rescale,
-    the new running max (log2 units) and sum. Only blocks past unmasked_end pay for the mask. The
-    scale goes into the exponent (s * scale - max in one FFMA a score): the softmax's arithmetic,
-    not the tensor cores, is what the ping-pong has to hide."""
-    if start + BLOCK_N > unmasked_end:
-        cols = start + gl.arange(0, BLOCK_N, layout=col_layout)
-        visible = cols[None, :] < SK
-        if CAUSAL:
-            visible = visible & (cols[None, :] <= rows[:, None] + (SK - S))
-        s = gl.where(visible, s, -float("inf"))
-    m_new = gl.maximum(m_i, gl.max(s, axis=1) * scale_log2)
-    alpha = gl.exp2(m_i - m_new)
-    p = gl.exp2(s * scale_log2 - m_new[:, None])
-    return p, alpha, m_new, l_i * alpha + gl.sum(p, axis=1)
 
 
 @gluon.jit
@@ -170,8 +148,8 @@ def _attention_wgmma(q_desc, k_desc, v_desc, o_ptr, H, S, SK, D, scale_log2, so_
     s = warpgroup_mma(q, k_smem.index(0).reshape([BLOCK_N, BLOCK_D]).permute((1, 0)), s_zero, use_acc=False,
                       is_async=True)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-    p, alpha, m_i, l_i = _scores_to_probs(s, m_i, l_i, 0, unmasked_end, rows, S, SK, scale_log2, CAUSAL, BLOCK_N,
-                                          col_layout)
+    p, alpha, m_i, l_i = _scores_to_probs(s, m_i, l_i, 0, unmasked_end, rows, rows, S, SK, scale_log2, 0, 0,
+                                          False, CAUSAL, col_layout)
     for j in range(0, n_blocks - 1):
         slot = j % STAGES
         next_slot = (j + 1) % STAGES
@@ -187,8 +165,8 @@ def _attention_wgmma(q_desc, k_desc, v_desc, o_ptr, H, S, SK, D, scale_log2, so_
         if not OVERLAP:
             acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # q k^T is done; p v may still run
-        p, alpha, m_i, l_i = _scores_to_probs(s, m_i, l_i, (j + 1) * BLOCK_N, unmasked_end, rows, S, SK,
-                                              scale_log2, CAUSAL, BLOCK_N, col_layout)
+        p, alpha, m_i, l_i = _scores_to_probs(s, m_i, l_i, (j + 1) * BLOCK_N, unmasked_end, rows, rows, S, SK,
+                                              scale_log2, 0, 0, False, CAUSAL, col_layout)
         acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
         _load_kv(k_desc, v_desc, k_smem, v_smem, k_bars, v_bars, b, h, j + STAGES, n_blocks, BLOCK_N, STAGES)
     last = n_blocks - 1
@@ -203,166 +181,6 @@ def _attention_wgmma(q_desc, k_desc, v_desc, o_ptr, H, S, SK, D, scale_log2, so_
         mbarrier.invalidate(k_bars.index(i))
         mbarrier.invalidate(v_bars.index(i))
     _store_rows(acc, l_i, o_ptr, b, h, first_row, S, D, so_b, so_h, so_s)
-
-
-@gluon.jit
-def _pingpong_producer(args, which: gl.constexpr, CAUSAL: gl.constexpr, EARLY_K: gl.constexpr):
-    """One warp: both consumers' query tiles, then each key block's K and V into the ring, a slot's
-    K (V) refilled once both consumers have released that K (V)."""
-    descs, bars, buffers, params = args  # one level at a time: Triton's cache key cannot read nested targets
-    q_desc, k_desc, v_desc = descs
-    q_bar, k_bars, v_bars, k_free, v_free, turns = bars
-    q_smem, k_smem, v_smem = buffers
-    b, h, q0, n_blocks = params[1], params[2], params[3], params[4]
-    block_m: gl.constexpr = q_desc.block_type.shape[2]
-    block_n: gl.constexpr = k_desc.block_type.shape[2]
-    stages: gl.constexpr = k_smem.type.shape[0]
-    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [b, h, q0, 0], q_bar, q_smem.index(0))
-    tma.async_copy_global_to_shared(q_desc, [b, h, q0 + block_m, 0], q_bar, q_smem.index(1))
-    for j in range(n_blocks):
-        slot = j % stages
-        mbarrier.wait(k_free.index(slot), ((j // stages) & 1) ^ 1)  # a fresh barrier passes phase 1
-        mbarrier.expect(k_bars.index(slot), k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [b, h, j * block_n, 0], k_bars.index(slot), k_smem.index(slot))
-        mbarrier.wait(v_free.index(slot), ((j // stages) & 1) ^ 1)
-        mbarrier.expect(v_bars.index(slot), v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(v_desc, [b, h, j * block_n, 0], v_bars.index(slot), v_smem.index(slot))
-
-
-@gluon.jit
-def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, EARLY_K: gl.constexpr):
-    """One warpgroup, query rows [q0 + which * 64, +64). Each turn it issues q k^T of a key block
-    and p v of the block before, then hands the tensor cores to the other consumer (turn barriers)
-    and runs its softmax while the other's products run: FA3's ping-pong. EARLY_K releases a key
-    block as soon as its scores are done (FA3 does), not with its values."""
-    descs, bars, buffers, params = args
-    q_desc, k_desc, v_desc = descs
-    q_bar, k_bars, v_bars, k_free, v_free, turns = bars
-    q_smem, k_smem, v_smem = buffers
-    o_ptr, b, h, q0, n_blocks, S, SK, D, scale_log2, so_b, so_h, so_s = params
-    dtype: gl.constexpr = q_desc.dtype
-    block_m: gl.constexpr = q_desc.block_type.shape[2]
-    block_n: gl.constexpr = k_desc.block_type.shape[2]
-    block_d: gl.constexpr = k_desc.block_type.shape[3]
-    stages: gl.constexpr = k_smem.type.shape[0]
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, block_n, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, block_d, 16])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
-    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
-    o_row_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
-    my_turn = turns.index(which)
-    their_turn = turns.index(1 - which)
-
-    first_row = q0 + which * block_m
-    unmasked_end = SK
-    if CAUSAL:
-        unmasked_end = gl.minimum(SK, first_row + SK - S + 1)
-    rows = first_row + gl.arange(0, block_m, layout=row_layout)
-    m_i = gl.full([block_m], -float("inf"), gl.float32, layout=row_layout)
-    l_i = gl.zeros([block_m], gl.float32, layout=row_layout)
-    acc = gl.zeros([block_m, block_d], gl.float32, layout=o_layout)
-    s_zero = gl.zeros([block_m, block_n], gl.float32, layout=s_layout)
-
-    mbarrier.wait(q_bar, 0)
-    q = q_smem.index(which).reshape([block_m, block_d])
-    # turn 0: the first block's scores only
-    mbarrier.wait(k_bars.index(0), 0)
-    mbarrier.wait(my_turn, 0)
-    s = warpgroup_mma(q, k_smem.index(0).reshape([block_n, block_d]).permute((1, 0)), s_zero, use_acc=False,
-                      is_async=True)
-    mbarrier.arrive(their_turn)
-    s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-    if EARLY_K:
-        mbarrier.arrive(k_free.index(0))
-    p, alpha, m_i, l_i = _scores_to_probs(s, m_i, l_i, 0, unmasked_end, rows, S, SK, scale_log2, CAUSAL, block_n,
-                                          col_layout)
-    for j in range(1, n_blocks):
-        slot = j % stages
-        prev = (j - 1) % stages
-        mbarrier.wait(k_bars.index(slot), (j // stages) & 1)
-        mbarrier.wait(v_bars.index(prev), ((j - 1) // stages) & 1)
-        acc = acc * gl.convert_layout(alpha, o_row_layout)[:, None]
-        p_op = gl.convert_layout(p.to(dtype), p_layout)
-        mbarrier.wait(my_turn, j & 1)
-        s = warpgroup_mma(q, k_smem.index(slot).reshape([block_n, block_d]).permute((1, 0)), s_zero, use_acc=False,
-                          is_async=True)
-        acc = warpgroup_mma(p_op, v_smem.index(prev).reshape([block_n, block_d]), acc, is_async=True)
-        mbarrier.arrive(their_turn)
-        s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # the scores are done; p v may still run
-        if EARLY_K:
-            mbarrier.arrive(k_free.index(slot))
-        p, alpha, m_i, l_i = _scores_to_probs(s, m_i, l_i, j * block_n, unmasked_end, rows, S, SK, scale_log2,
-                                              CAUSAL, block_n, col_layout)
-        acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
-        mbarrier.arrive(v_free.index(prev))  # block j - 1's values are done with here
-        if not EARLY_K:
-            mbarrier.arrive(k_free.index(prev))
-    # the last turn: p v of the last block
-    last = n_blocks - 1
-    mbarrier.wait(v_bars.index(last % stages), (last // stages) & 1)
-    acc = acc * gl.convert_layout(alpha, o_row_layout)[:, None]
-    p_op = gl.convert_layout(p.to(dtype), p_layout)
-    mbarrier.wait(my_turn, n_blocks & 1)
-    acc = warpgroup_mma(p_op, v_smem.index(last % stages).reshape([block_n, block_d]), acc, is_async=True)
-    mbarrier.arrive(their_turn)
-    acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
-    mbarrier.arrive(v_free.index(last % stages))
-    if not EARLY_K:
-        mbarrier.arrive(k_free.index(last % stages))
-
-    _store_rows(acc, l_i, o_ptr, b, h, first_row, S, D, so_b, so_h, so_s)
-
-
-@gluon.jit
-def _attention_pingpong(q_desc, k_desc, v_desc, o_ptr, H, S, SK, D, scale_log2, so_b, so_h, so_s,
-                        STAGES: gl.constexpr, CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                        EARLY_K: gl.constexpr, HEAVY_FIRST: gl.constexpr):
-    """128 query rows a program: two consumer warpgroups of 64 rows each take turns on the tensor
-    cores, one producer warp keeps the K/V ring full (FlashAttention-3's forward schedule).
-    HEAVY_FIRST starts each head's last (under a causal mask, longest) row blocks first, so that
-    the wave that ends the launch is of short programs."""
-    dtype: gl.constexpr = q_desc.dtype
-    block_m: gl.constexpr = q_desc.block_type.shape[2]
-    block_n: gl.constexpr = k_desc.block_type.shape[2]
-    b = gl.program_id(1) // H
-    h = gl.program_id(1) % H
-    row_block = gl.program_id(0)
-    if HEAVY_FIRST:
-        row_block = gl.num_programs(0) - 1 - row_block
-    q0 = row_block * 2 * block_m
-    key_end = SK
-    if CAUSAL:  # bottom-right: key j is visible to query i when j <= i + SK - S
-        key_end = gl.minimum(SK, q0 + 2 * block_m + SK - S)
-    n_blocks = gl.maximum(gl.cdiv(key_end, block_n), 1)
-
-    q_smem = gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout)
-    k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    k_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    k_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(k_bars.index(i), count=1)
-        mbarrier.init(v_bars.index(i), count=1)
-        mbarrier.init(k_free.index(i), count=2)  # both consumers release a slot
-        mbarrier.init(v_free.index(i), count=2)
-    for i in gl.static_range(2):
-        mbarrier.init(turns.index(i), count=1)
-    mbarrier.arrive(turns.index(0))  # consumer 0 goes first
-
-    args = ((q_desc, k_desc, v_desc), (q_bar, k_bars, v_bars, k_free, v_free, turns), (q_smem, k_smem, v_smem),
-            (o_ptr, b, h, q0, n_blocks, S, SK, D, scale_log2, so_b, so_h, so_s))
-    gl.warp_specialize([(_pingpong_consumer, (args, 0, CAUSAL, EARLY_K)),
-                        (_pingpong_consumer, (args, 1, CAUSAL, EARLY_K)),
-                        (_pingpong_producer, (args, 0, CAUSAL, EARLY_K))], [4, 1], [CONSUMER_REGS, 24])
 
 
 def _descriptor(t: torch.Tensor, rows: int, block_d: int) -> TensorDescriptor:
@@ -386,35 +204,12 @@ def attention_wgmma(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     return out
 
 
-def attention_pingpong(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, block_n: int, stages: int,
-                       early_k: bool, heavy_first: bool, out: torch.Tensor | None = None) -> torch.Tensor:
-    """attention_wgmma's result from the ping-pong kernel (128 query rows a program)."""
-    batch, heads, seq = q.shape[:3]
-    out = torch.empty_like(q) if out is None else out
-    grid = (triton.cdiv(seq, 2 * PINGPONG_ROWS), batch * heads)
-    _attention_pingpong[grid](**_pingpong_arguments(q, k, v, out, causal, block_n, stages, early_k, heavy_first))
-    return out
-
-
-def _pingpong_arguments(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, causal: bool,
-                        block_n: int, stages: int, early_k: bool, heavy_first: bool) -> dict[str, Any]:
-    """Arguments and launch options: 4 + 4 + 1 warps (three warpgroups of registers), the two
-    consumers at CONSUMER_REGS each and the producer at 24 within maxnreg x 12 warps."""
-    heads, seq, head_dim = q.shape[1], q.shape[2], q.shape[3]
-    block_d = max(16, triton.next_power_of_2(head_dim))
-    return {"q_desc": _descriptor(q, PINGPONG_ROWS, block_d), "k_desc": _descriptor(k, block_n, block_d),
-            "v_desc": _descriptor(v, block_n, block_d), "o_ptr": out, "H": heads, "S": seq, "SK": k.shape[2],
-            "D": head_dim, "scale_log2": LOG2E / math.sqrt(head_dim), "so_b": out.stride(0), "so_h": out.stride(1),
-            "so_s": out.stride(2), "STAGES": stages, "CAUSAL": causal, "CONSUMER_REGS": 240, "EARLY_K": early_k,
-            "HEAVY_FIRST": heavy_first, "num_warps": 4, "maxnreg": 168}
-
-
-def compile_only(configs: list[tuple[int, int, int, bool]], pingpong_configs: list[tuple[int, int, bool, bool]]
+def compile_only(configs: list[tuple[int, int, int, bool]], pingpong_configs: list[dict[str, Any]]
                  ) -> list[dict[str, Any]]:
-    """Build each config, and each ping-pong config, for sm_90 on this machine (no GPU): registers,
-    spills, shared memory, and the distinct wgmma.wait_group counts (how many products may stay in
-    flight)."""
-    from portkern.backends.triton.compile_only import ARCH_TARGETS, compile_launch
+    """Build each config, and each attention_pingpong config, for sm_90 on this machine (no GPU):
+    registers, spills, shared memory, and the distinct wgmma.wait_group counts (how many products
+    may stay in flight)."""
+    from portkern.backends.triton.compile_only import ARCH_TARGETS, compile_for, compile_launch
     from portkern.backends.triton.modules import Launch
 
     results = []
@@ -432,17 +227,16 @@ def compile_only(configs: list[tuple[int, int, int, bool]], pingpong_configs: li
         print(row, flush=True)
         results.append(row)
     for config, head_dim, causal in itertools.product(pingpong_configs, (64, 128), (False, True)):
-        q = torch.empty(4, 32, 2048, head_dim, dtype=torch.float16, device="meta")
-        row = {"kernel": "pingpong", **dict(zip(("BLOCK_N", "STAGES", "EARLY_K", "HEAVY_FIRST"), config)),
-               "head_dim": head_dim, "causal": causal}
-        launch = Launch(_attention_pingpong, (1,), (), _pingpong_arguments(q, q, q, q, causal, *config))
-        row.update(built(lambda: compile_launch(launch, ARCH_TARGETS["sm_90"])))
+        task = attention_task(4, 32, 2048, head_dim, "float16", causal=causal)
+        row = {"kernel": "attention_pingpong", **config, "head_dim": head_dim, "causal": causal}
+        row.update(built(lambda: compile_for(candidate(task, "attention_pingpong", config), task, "sm_90")
+                         ["kernels"][0]))
         print(row, flush=True)
         results.append(row)
     return results
 
 
-def run_on_gpu(configs: list[tuple[int, int, int, bool]], pingpong_configs: list[tuple[int, int, bool, bool]]
+def run_on_gpu(configs: list[tuple[int, int, int, bool]], pingpong_configs: list[dict[str, Any]]
                ) -> list[dict[str, Any]]:
     """Check each kernel against SDPA in float32, then time it with do_bench (L2 flushed, host time
     between back-to-back calls included) and in a CUDA graph (device time only)."""
@@ -465,17 +259,16 @@ def run_on_gpu(configs: list[tuple[int, int, int, bool]], pingpong_configs: list
         candidates = [((block_m, block_n, stages, overlap),
                        lambda out, c=(block_m, block_n, stages, overlap): attention_wgmma(q, k, v, causal, *c, out=out))
                       for block_m, block_n, stages, overlap in configs]
-        candidates += [(("pingpong", *config), lambda out, c=config: attention_pingpong(q, k, v, causal, *c, out=out))
-                       for config in pingpong_configs]
-        if shape in FLASH_BEST:
+        task = attention_task(batch, heads, seq, head_dim, "float16", causal=causal)
+        assert all(tuple(spec.shape) == (batch, heads, seq, head_dim) for spec in task.inputs[:3]), task.inputs
+        variants = [("attention_pingpong", config) for config in pingpong_configs]
+        variants += [("attention_flash", FLASH_BEST[shape])] if shape in FLASH_BEST else []
+        for name, config in variants:
             try:
-                task = attention_task(batch, heads, seq, head_dim, "float16", causal=causal)
-                assert all(tuple(spec.shape) == (batch, heads, seq, head_dim)
-                           for spec in task.inputs[:3]), task.inputs
-                flash = program(task, "attention_flash", FLASH_BEST[shape])
-                candidates.append((("attention_flash", FLASH_BEST[shape]), lambda out: flash([q, k, v], [out])))
+                compiled = program(task, name, config)
+                candidates.append(((name, config), lambda out, compiled=compiled: compiled([q, k, v], [out])))
             except Exception as exc:
-                print(f"    attention_flash: {type(exc).__name__}: {exc}", flush=True)
+                print(f"    {name} {config}: {type(exc).__name__}: {exc}", flush=True)
         for label, run in candidates:
             row = {"shape": name, "kernel": str(label), "sdpa_ms": sdpa_ms, "sdpa_graph_ms": sdpa_graph_ms}
             try:
@@ -499,17 +292,17 @@ def run_on_gpu(configs: list[tuple[int, int, int, bool]], pingpong_configs: list
     return results
 
 
-def launch_once(pingpong_configs: list[tuple[int, int, bool, bool]]) -> None:
+def launch_once(pingpong_configs: list[dict[str, Any]]) -> None:
     """One launch of SDPA, attention_flash and each ping-pong config on the issue's two larger shapes,
     nothing timed: the program to run under Nsight Compute (each kernel's counters, stall reasons)."""
     for shape in SHAPES[1:]:
         batch, heads, seq, head_dim, causal = shape
         q, k, v = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.float16) for _ in range(3))
         torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-        program(attention_task(batch, heads, seq, head_dim, "float16", causal=causal), "attention_flash",
-                FLASH_BEST[shape])([q, k, v], [torch.empty_like(q)])
-        for config in pingpong_configs:
-            attention_pingpong(q, k, v, causal, *config)
+        task = attention_task(batch, heads, seq, head_dim, "float16", causal=causal)
+        for name, config in [("attention_flash", FLASH_BEST[shape])] + [("attention_pingpong", config)
+                                                                        for config in pingpong_configs]:
+            program(task, name, config)([q, k, v], [torch.empty_like(q)])
     torch.cuda.synchronize()
 
 
@@ -517,8 +310,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--compile-only", action="store_true", help="build for sm_90 here; no GPU needed")
     parser.add_argument("--pingpong-only", action="store_true",
-                        help="time only the ping-pong kernel (and SDPA, attention_flash): run it under `timeout` "
-                             "until it has run on a GPU once - a barrier mistake hangs rather than fails")
+                        help="time only attention_pingpong (and SDPA, attention_flash), not the overlap kernel")
     parser.add_argument("--launch-once", action="store_true",
                         help="launch each kernel once, untimed, for a profiler (ncu) to wrap")
     parser.add_argument("--out", type=Path)

@@ -33,12 +33,13 @@ NEEDS_GPU = "Gluon kernels cannot run in the Triton interpreter"
 
 # include: tma
 
+# include: gluon_descriptors
+
 SPACE = {"BLOCK_M": [128, 192], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "GROUP_M": [1, 8],
          "num_warps": [4, 8], "num_stages": [2, 3, 4, 5]}
 DEFAULT = {"BLOCK_M": 192, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 4}
 _HEAD_ROWS = 128  # the first product's rows; a 192-row tile adds a 64-row one (one warpgroup's height)
 _ACCUMULATOR_REGISTERS = 192  # per thread: 192 x 128 in one warpgroup built without spills for sm_90
-_GL_DTYPES = {"float16": gl.float16, "bfloat16": gl.bfloat16}
 
 
 def constraints(task, config, target):
@@ -164,16 +165,6 @@ def _gemm_wgmma(a_desc, tail_desc, b_desc, c_desc, c_tail_desc, bias_ptr, res_pt
         _finish_tile(c_tail_desc, tail_acc, bias_ptr, res_ptr, first_row + head, first_col, M, N, stride_rm,
                      stride_rn, ACTIVATION, HAS_BIAS, HAS_RESIDUAL)
     tma.store_wait(0)
-
-
-_LAYOUTS = {}  # (block, dtype) -> shared layout: 8 us of host time each, five per launch
-
-
-def _descriptor(t, shape, strides, block, dtype):
-    key = (tuple(block), dtype)
-    if key not in _LAYOUTS:
-        _LAYOUTS[key] = gl.NVMMASharedLayout.get_default_for(list(block), _GL_DTYPES[dtype])
-    return GluonDescriptor(t, list(shape), list(strides), list(block), _LAYOUTS[key])
 
 
 def launch(task, config, inputs, outputs):

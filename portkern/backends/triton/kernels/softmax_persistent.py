@@ -29,16 +29,7 @@ def constraints(task, config, target):
     return reason
 
 
-_CORES = {}  # device index -> multiprocessors: the driver query costs ~1 ms, far more than the kernel
-
-
-def _core_count(tensor):
-    if tensor.device.type in ("cpu", "meta"):
-        return HOST_CORES
-    index = tensor.device.index
-    if index not in _CORES:
-        _CORES[index] = triton.runtime.driver.active.utils.get_device_properties(index)["multiprocessor_count"]
-    return _CORES[index]
+# include: device_cores
 
 
 @triton.jit
@@ -51,7 +42,7 @@ def _softmax_persistent(x_ptr, y_ptr, n_rows, n_cols, BLOCK_N: tl.constexpr, ROW
 def launch(task, config, inputs, outputs):
     n_rows, n_cols = _rows_cols(task)
     rows_per_program = config["ROWS_PER_PROGRAM"]
-    programs = _core_count(inputs[0]) * config["PROGRAMS_PER_CORE"]
+    programs = _core_count(inputs[0], HOST_CORES) * config["PROGRAMS_PER_CORE"]
     _softmax_persistent[(min(triton.cdiv(n_rows, rows_per_program), programs),)](
         inputs[0], outputs[0], n_rows, n_cols, BLOCK_N=triton.next_power_of_2(n_cols),
         ROWS=rows_per_program, NUM_STAGES=config["NUM_STAGES"], EVICTION=config["EVICTION"],

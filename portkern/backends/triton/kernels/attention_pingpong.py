@@ -1,0 +1,337 @@
+"""Fused attention forward on Hopper, written in Gluon: FlashAttention-3's ping-pong schedule.
+
+attention_flash (plain Triton) reached 0.83x torch's scaled_dot_product_attention (cuDNN's
+persistent flash kernel) on causal b4 h32 s2048 d128 on an H100: Triton waits on each wgmma, so
+the tensor cores idle while a warpgroup runs its softmax. Here two consumer warpgroups share a tile
+of 128 query rows, 64 each, and take turns on the tensor cores (two mbarriers pass the turn): each
+issues q k^T of a key block with p v of the block before, hands over, and runs its softmax while
+the other's products run. One producer warp fills double-buffered Q tiles and a K/V ring by TMA;
+setmaxnreg gives the consumers its registers. A key block is released once its scores are done,
+its values once p v is (FA3's order: 10% on the causal shape). PERSISTENT runs one program per SM
+over units of tiles, so the next tile's loads run under this one's products; under a causal mask a
+unit is row block r's tile and its mirror's (n-1-r), equal work for the static schedule.
+H100 (benchmarks/results/h100-attention-pingpong-2026-12-06.log, CUDA graphs): 0.99x SDPA on the
+causal shape, 0.92-0.93x on b32 h12 s128 and b8 h12 s512 d64, where attention_flash stays ahead.
+
+fp16/bf16, head dim up to 128, sm_90 (wgmma, TMA, setmaxnreg); causal is bottom-right; an additive
+mask (broadcast through zero strides) is read a key block at a time; q, k and v come through TMA
+(their last axis contiguous with 16-byte aligned rows, K not stored transposed), zero-filled past
+every edge. Gluon kernels cannot run in the Triton interpreter: without a GPU this variant is
+cross-compiled, not run.
+"""
+import math
+
+import triton
+import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
+
+KIND = "attention"
+PRECISION = "fp32"
+DOT_PRECISION = "ieee"
+NEEDS_GPU = "Gluon kernels cannot run in the Triton interpreter"
+
+# include: attention_core
+
+# include: tma_rules
+
+# include: gluon_descriptors
+
+# include: device_cores
+
+SPACE = {"BLOCK_N": [64, 128], "STAGES": [2, 3], "PERSISTENT": [False, True]}
+DEFAULT = {"BLOCK_N": 128, "STAGES": 2, "PERSISTENT": True}
+_CONSUMER_ROWS = 64  # query rows of a consumer warpgroup (one wgmma's height); a tile is two
+_CONSUMER_REGISTERS = 240  # each consumer thread's, by setmaxnreg; the producer warp keeps 24
+_MAX_REGISTERS = 168  # the launch's per-thread cap: 2 x 128 x 240 + 128 x 24 fits 384 threads in 64K
+_MAX_HEAD_DIM = 128  # the accumulator and the scores of 64 rows in a consumer's 240 registers
+
+
+def constraints(task, config, target):
+    if target.profile.arch != "sm_90":
+        return f"wgmma, TMA and setmaxnreg as used here need sm_90, the target is {target.profile.arch}"
+    if task.dtype not in _GL_DTYPES:
+        return f"attention_pingpong multiplies float16/bfloat16, not {task.dtype}"
+    head_dim = _logical(task, 0)[-1]
+    if head_dim > _MAX_HEAD_DIM:
+        return f"head dim {head_dim} > {_MAX_HEAD_DIM}: a consumer's accumulator and scores would spill"
+    if task.attr("k_transposed", False):
+        return "K is stored transposed (d x s): its TMA tiles would need the other operand layout"
+    for index, name in ((0, "q"), (1, "k"), (2, "v"), (3, "the output")):
+        if _perm(task, index)[3] != 3:  # q, k, v: TMA; the output: stores of whole rows of pairs
+            return f"{name}'s buffer is not read along its last axis"
+    if not _row_aligned(head_dim, task.dtype):
+        return f"TMA: rows of {head_dim} x {task.dtype} are not {_ROW_BYTES}-byte aligned"
+    return None
+
+
+def shared_memory(task, config):
+    """Two Q buffers of both consumers' rows and the K/V ring, 2-byte elements (constraints)."""
+    block_d = _block_d(_logical(task, 0)[-1])
+    return 2 * block_d * (4 * _CONSUMER_ROWS + 2 * config["STAGES"] * config["BLOCK_N"])
+
+
+@gluon.jit
+def _tiles_in_unit(unit, n_row_blocks, PAIRED: gl.constexpr):
+    """A unit of work is one tile of query rows, or (PAIRED, under a causal mask) row block
+    n-1-r's tile and then r's, so that every unit costs about the same: two, or one where r is its
+    own mirror."""
+    count = 1
+    if PAIRED:
+        light = unit % ((n_row_blocks + 1) // 2)
+        count = 2 - (light == n_row_blocks - 1 - light).to(gl.int32)
+    return count
+
+
+@gluon.jit
+def _tile_origin(unit, t, n_row_blocks, H, tile_rows: gl.constexpr, PAIRED: gl.constexpr):
+    """(batch, head, first query row) of the unit's t-th tile (_tiles_in_unit)."""
+    per_head = n_row_blocks
+    if PAIRED:
+        per_head = (n_row_blocks + 1) // 2
+    bh = unit // per_head
+    row_block = unit % per_head
+    if PAIRED:
+        heavy = n_row_blocks - 1 - row_block
+        row_block = heavy + t * (row_block - heavy)
+    return bh // H, bh % H, row_block * tile_rows
+
+
+@gluon.jit
+def _unit_count(BH, S, block_m: gl.constexpr, CAUSAL: gl.constexpr):
+    n_row_blocks = gl.cdiv(S, 2 * block_m)
+    units = BH * n_row_blocks
+    if CAUSAL:
+        units = BH * ((n_row_blocks + 1) // 2)
+    return n_row_blocks, units
+
+
+@gluon.jit
+def _key_blocks(q0, tile_rows, S, SK, block_n: gl.constexpr, CAUSAL: gl.constexpr):
+    """How many key blocks the tile of query rows [q0, q0 + tile_rows) reads (at least one)."""
+    key_end = SK
+    if CAUSAL:  # bottom-right: key j is visible to query i when j <= i + SK - S
+        key_end = gl.minimum(SK, q0 + tile_rows + SK - S)
+    return gl.maximum(gl.cdiv(key_end, block_n), 1)
+
+
+@gluon.jit
+def _scores_to_probs(s, m_i, l_i, start, unmasked_end, rows, mask_base, S, SK, scale_log2, sm_s, sm_k,
+                     HAS_MASK: gl.constexpr, CAUSAL: gl.constexpr, col_layout: gl.constexpr):
+    """One online-softmax step on a block of raw scores: the probabilities, the accumulator's
+    rescale, the new running max (log2 units) and sum. The scale goes into the exponent (s * scale
+    - max, one FFMA a score); only blocks past unmasked_end pay for the key and causal masks."""
+    block_n: gl.constexpr = s.shape[1]
+    cols = start + gl.arange(0, block_n, layout=col_layout)
+    scale = scale_log2
+    if HAS_MASK:  # the mask is added to scaled scores: scale first
+        bias = gl.load(mask_base + rows[:, None].to(gl.int64) * sm_s + cols[None, :] * sm_k,
+                       mask=(rows[:, None] < S) & (cols[None, :] < SK), other=0.0)
+        s = s * scale_log2 + bias.to(gl.float32) * 1.4426950408889634
+        scale = 1.0
+    if start + block_n > unmasked_end:
+        visible = cols[None, :] < SK
+        if CAUSAL:
+            visible = visible & (cols[None, :] <= rows[:, None] + (SK - S))
+        s = gl.where(visible, s, -float("inf"))
+    m_new = gl.maximum(m_i, gl.max(s, axis=1) * scale)
+    shift = m_new
+    if HAS_MASK:  # a mask can hide a whole block from a row (a causal one never hides its first)
+        shift = gl.where(m_new == -float("inf"), 0.0, m_new)
+    p = gl.exp2(s * scale - shift[:, None])
+    alpha = gl.exp2(m_i - shift)
+    return p, alpha, m_new, l_i * alpha + gl.sum(p, axis=1)
+
+
+@gluon.jit
+def _pingpong_producer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK: gl.constexpr):
+    """One warp: for each tile of this program, both consumers' query rows into a free Q buffer
+    (two: the next tile's are in place while this one runs), then each key block's K and V into
+    the ring, a slot's K (V) refilled once both consumers have released that K (V)."""
+    descs, bars, buffers, params = args  # one level at a time: Triton's cache key cannot read nested targets
+    q_desc, k_desc, v_desc = descs
+    q_bars, q_free, k_bars, v_bars, k_free, v_free, turns = bars
+    q_smem, k_smem, v_smem = buffers
+    BH, H, S, SK = params[2], params[3], params[4], params[5]
+    block_m: gl.constexpr = q_desc.block_type.shape[2]
+    block_n: gl.constexpr = k_desc.block_type.shape[2]
+    stages: gl.constexpr = k_smem.type.shape[0]
+    n_row_blocks, units = _unit_count(BH, S, block_m, CAUSAL)
+    kv_count = 0
+    tile_count = 0
+    for unit in range(gl.program_id(0), units, gl.num_programs(0)):
+        for t in range(_tiles_in_unit(unit, n_row_blocks, CAUSAL)):
+            b, h, q0 = _tile_origin(unit, t, n_row_blocks, H, 2 * block_m, CAUSAL)
+            buf = tile_count % 2
+            mbarrier.wait(q_free.index(buf), ((tile_count // 2) & 1) ^ 1)  # a fresh barrier passes phase 1
+            mbarrier.expect(q_bars.index(buf), 2 * q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [b, h, q0, 0], q_bars.index(buf), q_smem.index(2 * buf))
+            tma.async_copy_global_to_shared(q_desc, [b, h, q0 + block_m, 0], q_bars.index(buf),
+                                            q_smem.index(2 * buf + 1))
+            n_blocks = _key_blocks(q0, 2 * block_m, S, SK, block_n, CAUSAL)
+            for j in range(n_blocks):
+                ring = kv_count + j
+                slot = ring % stages
+                phase = ((ring // stages) & 1) ^ 1
+                mbarrier.wait(k_free.index(slot), phase)
+                mbarrier.expect(k_bars.index(slot), k_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(k_desc, [b, h, j * block_n, 0], k_bars.index(slot),
+                                                k_smem.index(slot))
+                mbarrier.wait(v_free.index(slot), phase)
+                mbarrier.expect(v_bars.index(slot), v_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(v_desc, [b, h, j * block_n, 0], v_bars.index(slot),
+                                                v_smem.index(slot))
+            kv_count += n_blocks
+            tile_count += 1
+
+
+@gluon.jit
+def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK: gl.constexpr):
+    """One warpgroup: query rows [q0 + which * 64, +64) of each tile. Each turn it issues q k^T of
+    a key block and p v of the block before, passes the turn, and runs its softmax while the
+    other consumer's products run."""
+    descs, bars, buffers, params = args
+    q_desc, k_desc, v_desc = descs
+    q_bars, q_free, k_bars, v_bars, k_free, v_free, turns = bars
+    q_smem, k_smem, v_smem = buffers
+    o_ptr, m_ptr, BH, H, S, SK, D, scale_log2, sm_b, sm_h, sm_s, sm_k, so_b, so_h, so_s = params
+    dtype: gl.constexpr = q_desc.dtype
+    block_m: gl.constexpr = q_desc.block_type.shape[2]
+    block_n: gl.constexpr = k_desc.block_type.shape[2]
+    block_d: gl.constexpr = k_desc.block_type.shape[3]
+    stages: gl.constexpr = k_smem.type.shape[0]
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, block_n, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, block_d, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+    o_row_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
+    my_turn = turns.index(which)
+    their_turn = turns.index(1 - which)
+    s_zero = gl.zeros([block_m, block_n], gl.float32, layout=s_layout)
+    n_row_blocks, units = _unit_count(BH, S, block_m, CAUSAL)
+    kv_count = 0
+    tile_count = 0
+    turn_count = 0
+    for unit in range(gl.program_id(0), units, gl.num_programs(0)):
+        for t in range(_tiles_in_unit(unit, n_row_blocks, CAUSAL)):
+            b, h, q0 = _tile_origin(unit, t, n_row_blocks, H, 2 * block_m, CAUSAL)
+            n_blocks = _key_blocks(q0, 2 * block_m, S, SK, block_n, CAUSAL)
+            first_row = q0 + which * block_m
+            unmasked_end = SK
+            if CAUSAL:
+                unmasked_end = gl.minimum(SK, first_row + SK - S + 1)
+            rows = first_row + gl.arange(0, block_m, layout=row_layout)
+            mask_base = m_ptr + b.to(gl.int64) * sm_b + h * sm_h
+            m_i = gl.full([block_m], -float("inf"), gl.float32, layout=row_layout)
+            l_i = gl.zeros([block_m], gl.float32, layout=row_layout)
+            acc = gl.zeros([block_m, block_d], gl.float32, layout=o_layout)
+            buf = tile_count % 2
+            mbarrier.wait(q_bars.index(buf), (tile_count // 2) & 1)
+            q = q_smem.index(2 * buf + which).reshape([block_m, block_d])
+            # the tile's first turn: the first block's scores only
+            slot = kv_count % stages
+            mbarrier.wait(k_bars.index(slot), (kv_count // stages) & 1)
+            mbarrier.wait(my_turn, turn_count & 1)
+            s = warpgroup_mma(q, k_smem.index(slot).reshape([block_n, block_d]).permute((1, 0)), s_zero,
+                              use_acc=False, is_async=True)
+            mbarrier.arrive(their_turn)
+            turn_count += 1
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+            mbarrier.arrive(k_free.index(slot))
+            p, alpha, m_i, l_i = _scores_to_probs(s, m_i, l_i, 0, unmasked_end, rows, mask_base, S, SK, scale_log2,
+                                                  sm_s, sm_k, HAS_MASK, CAUSAL, col_layout)
+            for j in range(1, n_blocks):
+                ring = kv_count + j
+                slot = ring % stages
+                prev = (ring - 1) % stages
+                mbarrier.wait(k_bars.index(slot), (ring // stages) & 1)
+                mbarrier.wait(v_bars.index(prev), ((ring - 1) // stages) & 1)
+                acc = acc * gl.convert_layout(alpha, o_row_layout)[:, None]
+                p_op = gl.convert_layout(p.to(dtype), p_layout)
+                mbarrier.wait(my_turn, turn_count & 1)
+                s = warpgroup_mma(q, k_smem.index(slot).reshape([block_n, block_d]).permute((1, 0)), s_zero,
+                                  use_acc=False, is_async=True)
+                acc = warpgroup_mma(p_op, v_smem.index(prev).reshape([block_n, block_d]), acc, is_async=True)
+                mbarrier.arrive(their_turn)
+                turn_count += 1
+                s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # the scores are done; p v may still run
+                mbarrier.arrive(k_free.index(slot))
+                p, alpha, m_i, l_i = _scores_to_probs(s, m_i, l_i, j * block_n, unmasked_end, rows, mask_base, S, SK,
+                                                      scale_log2, sm_s, sm_k, HAS_MASK, CAUSAL, col_layout)
+                acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
+                mbarrier.arrive(v_free.index(prev))
+            # the tile's last turn: p v of its last block
+            ring = kv_count + n_blocks - 1
+            mbarrier.wait(v_bars.index(ring % stages), (ring // stages) & 1)
+            acc = acc * gl.convert_layout(alpha, o_row_layout)[:, None]
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            mbarrier.wait(my_turn, turn_count & 1)
+            acc = warpgroup_mma(p_op, v_smem.index(ring % stages).reshape([block_n, block_d]), acc, is_async=True)
+            mbarrier.arrive(their_turn)
+            turn_count += 1
+            acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
+            mbarrier.arrive(v_free.index(ring % stages))
+            mbarrier.arrive(q_free.index(buf))
+            out = acc / gl.convert_layout(l_i, o_row_layout)[:, None]
+            out_rows = first_row + gl.arange(0, block_m, layout=o_row_layout)
+            dims = gl.arange(0, block_d, layout=gl.SliceLayout(0, o_layout))
+            gl.store(o_ptr + b.to(gl.int64) * so_b + h * so_h + out_rows[:, None] * so_s + dims[None, :],
+                     out.to(o_ptr.dtype.element_ty), mask=(out_rows[:, None] < S) & (dims[None, :] < D))
+            kv_count += n_blocks
+            tile_count += 1
+
+
+@gluon.jit
+def _attention_pingpong(q_desc, k_desc, v_desc, o_ptr, m_ptr, BH, H, S, SK, D, scale_log2, sm_b, sm_h, sm_s, sm_k,
+                        so_b, so_h, so_s, STAGES: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK: gl.constexpr,
+                        CONSUMER_REGISTERS: gl.constexpr):
+    """Programs from program_id by num_programs over the units of tiles (_tiles_in_unit): two
+    consumer warpgroups and a producer warp each (warp specialization)."""
+    dtype: gl.constexpr = q_desc.dtype
+    q_smem = gl.allocate_shared_memory(dtype, [4] + q_desc.block_type.shape, q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
+    q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    q_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    k_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(q_bars.index(i), count=1)
+        mbarrier.init(q_free.index(i), count=2)  # both consumers release a buffer
+        mbarrier.init(turns.index(i), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_bars.index(i), count=1)
+        mbarrier.init(v_bars.index(i), count=1)
+        mbarrier.init(k_free.index(i), count=2)
+        mbarrier.init(v_free.index(i), count=2)
+    mbarrier.arrive(turns.index(0))  # consumer 0 goes first
+
+    args = ((q_desc, k_desc, v_desc), (q_bars, q_free, k_bars, v_bars, k_free, v_free, turns),
+            (q_smem, k_smem, v_smem),
+            (o_ptr, m_ptr, BH, H, S, SK, D, scale_log2, sm_b, sm_h, sm_s, sm_k, so_b, so_h, so_s))
+    gl.warp_specialize([(_pingpong_consumer, (args, 0, CAUSAL, HAS_MASK)),
+                        (_pingpong_consumer, (args, 1, CAUSAL, HAS_MASK)),
+                        (_pingpong_producer, (args, 0, CAUSAL, HAS_MASK))], [4, 1], [CONSUMER_REGISTERS, 24])
+
+
+def launch(task, config, inputs, outputs):
+    p = _AttentionProblem(task, inputs, outputs)
+    block_d, block_n, dtype = p.flags["BLOCK_D"], config["BLOCK_N"], task.dtype
+    q_desc, k_desc, v_desc = (_descriptor(t, t.shape, t.stride(), [1, 1, rows, block_d], dtype)
+                              for t, rows in zip(p.tensors[:3], (_CONSUMER_ROWS, block_n, block_n)))
+    row_blocks = triton.cdiv(p.seq, 2 * _CONSUMER_ROWS)
+    causal = p.flags["CAUSAL"]
+    units = p.batch * p.heads * ((row_blocks + 1) // 2 if causal else row_blocks)
+    grid = (min(units, _core_count(p.out, units)) if config["PERSISTENT"] else units,)
+    _attention_pingpong[grid](q_desc, k_desc, v_desc, p.out, p.mask, p.batch * p.heads, p.heads, p.seq, p.seq_kv,
+                              p.head_dim, p.scale_log2, *p.strides[12:], *p.out.stride()[:3], STAGES=config["STAGES"],
+                              CAUSAL=causal, HAS_MASK=p.has_mask, CONSUMER_REGISTERS=_CONSUMER_REGISTERS,
+                              num_warps=4, maxnreg=_MAX_REGISTERS)
