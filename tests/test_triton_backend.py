@@ -26,7 +26,7 @@ from portkern.backends.kernel_module import KernelSourceError, variant_from_sour
 from portkern.backends.triton import TritonBackend, compile_for
 from portkern.backends.triton.backend import INTERPRETER_BF16, InterpreterLimitError
 from portkern.backends.triton.compile_only import ARCH_TARGETS
-from portkern.backends.triton.modules import ALLOWED_IMPORTS, builtin_variants, expand_includes
+from portkern.backends.triton.modules import ALLOWED_IMPORTS, builtin_variants, expand_includes, kernel_module
 from portkern.errors import PortkernError, TargetError
 from portkern.hwprofile import available_targets, load_profile, load_target
 from portkern.ir import Node, TensorSpec
@@ -377,6 +377,34 @@ def test_gluon_attention_probe_builds_for_sm90_with_a_product_in_flight() -> Non
     assert len(rows) == 8 and all(row["ok"] for row in rows), rows
     assert all("1" in row["waits"] and row["spills"] == 0 for row in rows)
     assert [row["warps"] for row in rows] == [4] * 4 + [12] * 4
+
+
+def test_attention_pingpong_runs_two_consumers_and_a_producer_within_its_estimate() -> None:
+    """attention_pingpong (Gluon) builds for sm_90 in 12 warps (two consumer warpgroups and a
+    producer warp), each consumer waiting with p v still in flight while it runs its softmax, in
+    no more shared memory than it declares (the backend refuses configs by that estimate). It
+    refuses what it cannot serve, and without a GPU it is cross-compiled, never run."""
+    backend = BACKENDS["sm_90"]
+    task = synthetic.attention_task(2, 3, 300, 64, "float16", seq_kv=333, causal=True, mask=True)
+    variant = next(v for v in backend.variants(task, runnable_here=False) if v.name == "attention_pingpong")
+    module = kernel_module(variant, interpret=False)
+    for config in (variant.default, {**variant.default, "BLOCK_N": 64, "STAGES": 3, "PERSISTENT": False}):
+        kernel = compile_for(Candidate.of(variant, config), task, "sm_90")["kernels"][0]
+        ptx = kernel["asm"]["ptx"].splitlines()
+        waits = {line.split()[1].rstrip(";") for line in ptx if "wgmma.wait_group" in line}
+        assert waits == {"0", "1"} and kernel["num_warps"] == 12 and kernel["n_spills"] == 0
+        assert kernel["shared"] <= module.shared_memory(task, config)
+    target = BACKENDS["sm_90"].target
+    refused = {name: module.constraints(other, variant.default, target) for name, other in {
+        "float32": synthetic.attention_task(1, 2, 64, 64, "float32"),
+        "k stored d x s": synthetic.attention_task(1, 2, 64, 64, "float16", k_transposed=True),
+        "head dim 192": synthetic.attention_task(1, 2, 64, 192, "float16"),
+        "rows of 60 halves": synthetic.attention_task(1, 2, 64, 60, "float16")}.items()}
+    assert all(refused.values()), refused
+    assert "head dim 192 > 128" in refused["head dim 192"] and "aligned" in refused["rows of 60 halves"]
+    assert "sm_90" in BACKENDS["sm_80"].check(Candidate.of(variant, variant.default), task)
+    if not torch.cuda.is_available():
+        assert backend.check(Candidate.of(variant, variant.default), task).startswith("needs a GPU")
 
 
 def test_gemm_wgmma_keeps_two_products_in_flight_and_needs_a_gpu_to_run() -> None:
