@@ -18,6 +18,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from portkern import synthetic
 from portkern.backends import get_backend
@@ -25,8 +27,9 @@ from portkern.backends.base import Artifact, Candidate, CompileError, Variant
 from portkern.backends.kernel_module import KernelSourceError, variant_from_source
 from portkern.backends.triton import TritonBackend, compile_for
 from portkern.backends.triton.backend import INTERPRETER_BF16, InterpreterLimitError
-from portkern.backends.triton.compile_only import ARCH_TARGETS
-from portkern.backends.triton.modules import ALLOWED_IMPORTS, builtin_variants, expand_includes, kernel_module
+from portkern.backends.triton.compile_only import ARCH_TARGETS, compile_launch
+from portkern.backends.triton.modules import (ALLOWED_IMPORTS, Launch, builtin_variants, expand_includes,
+                                              kernel_module)
 from portkern.errors import PortkernError, TargetError
 from portkern.hwprofile import available_targets, load_profile, load_target
 from portkern.ir import Node, TensorSpec
@@ -379,21 +382,51 @@ def test_gluon_attention_probe_builds_for_sm90_with_a_product_in_flight() -> Non
     assert [row["warps"] for row in rows] == [4] * 4 + [12] * 4
 
 
+@triton.jit
+def _normalize_columns(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
+    x = tl.load(x_ptr + offsets)
+    tl.store(out_ptr + offsets, x / tl.sum(x, axis=0)[None, :])
+
+
+def test_cross_compiled_spills_count_the_stack_frame() -> None:
+    """A 128 x 128 fp32 tile held across a reduction in one warp (512 values a thread) cannot
+    fit 255 registers: ptxas spills into the stack frame, which cuobjdump lists as STACK, not
+    LOCAL. The report counts it, as the driver's local size does on a GPU."""
+    x = torch.empty(128 * 128, dtype=torch.float32, device="meta")
+    launch = Launch(_normalize_columns, (1,), (), {"x_ptr": x, "out_ptr": x, "BLOCK": 128, "num_warps": 1})
+    kernel = compile_launch(launch, ARCH_TARGETS["sm_90"])
+    assert kernel["n_spills"] >= (128 * 128 // 32 - 255)
+
+
+def _local_memory_in_hot_loops(kernel: dict[str, Any]) -> list[int]:
+    """Spill loads and stores in each innermost loop that issues wgmma (HGMMA), from the SASS."""
+    mix = _ops_script("sass_loop_mix")
+    loops = mix.hgmma_loops(mix.sass(kernel["asm"]["cubin"]))
+    return [sum(op.startswith(("STL", "LDL")) for op in body) for body in loops]
+
+
 def test_attention_pingpong_runs_two_consumers_and_a_producer_within_its_estimate() -> None:
     """attention_pingpong (Gluon) builds for sm_90 in 12 warps (two consumer warpgroups and a
     producer warp), each consumer waiting with p v still in flight while it runs its softmax, in
-    no more shared memory than it declares (the backend refuses configs by that estimate). It
-    refuses what it cannot serve, and without a GPU it is cross-compiled, never run."""
+    no more shared memory than it declares (the backend refuses configs by that estimate); without
+    a mask its key loops touch no local memory (its default spills a few registers outside them;
+    with a mask, two spill accesses a loop). It refuses what it cannot serve, and without a GPU it
+    is cross-compiled, never run."""
     backend = BACKENDS["sm_90"]
-    task = synthetic.attention_task(2, 3, 300, 64, "float16", seq_kv=333, causal=True, mask=True)
-    variant = next(v for v in backend.variants(task, runnable_here=False) if v.name == "attention_pingpong")
+    masked = synthetic.attention_task(2, 3, 300, 64, "float16", seq_kv=333, causal=True, mask=True)
+    variant = next(v for v in backend.variants(masked, runnable_here=False) if v.name == "attention_pingpong")
     module = kernel_module(variant, interpret=False)
-    for config in (variant.default, {**variant.default, "BLOCK_N": 64, "STAGES": 3, "PERSISTENT": False}):
+    plain = synthetic.attention_task(4, 32, 2048, 128, "float16", causal=True)
+    for task, config in ((masked, variant.default), (plain, variant.default),
+                         (masked, {**variant.default, "BLOCK_N": 64, "STAGES": 3, "PERSISTENT": False})):
         kernel = compile_for(Candidate.of(variant, config), task, "sm_90")["kernels"][0]
         ptx = kernel["asm"]["ptx"].splitlines()
         waits = {line.split()[1].rstrip(";") for line in ptx if "wgmma.wait_group" in line}
-        assert waits == {"0", "1"} and kernel["num_warps"] == 12 and kernel["n_spills"] == 0
+        assert waits == {"0", "1"} and kernel["num_warps"] == 12
         assert kernel["shared"] <= module.shared_memory(task, config)
+        if task is plain:
+            assert kernel["n_spills"] > 0 and _local_memory_in_hot_loops(kernel) == [0, 0]
     target = BACKENDS["sm_90"].target
     refused = {name: module.constraints(other, variant.default, target) for name, other in {
         "float32": synthetic.attention_task(1, 2, 64, 64, "float32"),
@@ -409,8 +442,9 @@ def test_attention_pingpong_runs_two_consumers_and_a_producer_within_its_estimat
 
 def test_gemm_wgmma_keeps_two_products_in_flight_and_needs_a_gpu_to_run() -> None:
     """gemm_wgmma (Gluon) builds its 192-row tile as a 128-row and a 64-row product per K step,
-    waited on together (two wgmma groups left in flight), without spills in one warpgroup; the
-    128-row tile leaves one. Here, without a GPU, it is cross-compiled but never offered to run:
+    waited on together (two wgmma groups left in flight), in one warpgroup with no spill traffic in
+    its K loop (its 192-register accumulator leaves the GELU epilogue to spill); the 128-row tile
+    leaves one group in flight and spills nothing. Here, without a GPU, it is cross-compiled but never offered to run:
     the interpreter cannot run Gluon."""
     backend = BACKENDS["sm_90"]
     task = synthetic.gemm_task(4096, 768, 3072, "float16", trans_b=True, bias=True, activation="gelu")
@@ -420,7 +454,8 @@ def test_gemm_wgmma_keeps_two_products_in_flight_and_needs_a_gpu_to_run() -> Non
     waits = {rows: {line.split()[1].rstrip(";") for line in kernel["asm"]["ptx"].splitlines()
                     if "wgmma.wait_group" in line} for rows, kernel in kernels.items()}
     assert waits == {192: {"0", "2"}, 128: {"0", "1"}}
-    assert kernels[192]["n_spills"] == 0 and kernels[192]["num_warps"] == 4
+    assert kernels[192]["num_warps"] == 4 and kernels[128]["n_spills"] == 0
+    assert _local_memory_in_hot_loops(kernels[192]) == [0]
     hgmma = {rows: kernel["asm"]["ptx"].count("wgmma.mma_async") for rows, kernel in kernels.items()}
     assert hgmma[192] == 3 * hgmma[128] // 2  # 3 wgmma of 64 rows per K step instead of 2
     if not torch.cuda.is_available():

@@ -162,7 +162,9 @@ def kernel_report(launch: Launch, compiled: Any, backend: str, from_driver: bool
 
 
 def _cubin_resources(cubin: bytes) -> tuple[int, int]:
-    """Registers and spills as the driver reports them (spills = local bytes / 4, like Triton)."""
+    """Registers and spills as the driver reports them (spills = local bytes / 4, like Triton).
+    The driver's local bytes include the stack frame, where ptxas puts the registers it spills:
+    cuobjdump lists that as STACK, apart from LOCAL (declared local arrays)."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as handle:
         handle.write(cubin)
         handle.flush()
@@ -170,10 +172,11 @@ def _cubin_resources(cubin: bytes) -> tuple[int, int]:
         text = subprocess.run([tool, "-res-usage", handle.name], capture_output=True, text=True,
                               check=True).stdout
     regs = re.search(r"REG:(\d+)", text)
+    stack = re.search(r"STACK:(\d+)", text)
     local = re.search(r"LOCAL:(\d+)", text)
-    if regs is None or local is None:
+    if regs is None or stack is None or local is None:
         raise CompileError(f"cuobjdump gave no resource usage: {text.strip()[:200]}")
-    return int(regs.group(1)), int(local.group(1)) // 4
+    return int(regs.group(1)), (int(stack.group(1)) + int(local.group(1))) // 4
 
 
 def _amdgcn_resources(text: str) -> tuple[int, int]:
