@@ -411,14 +411,16 @@ def test_attention_pingpong_runs_two_consumers_and_a_producer_within_its_estimat
     producer warp), each consumer waiting with p v still in flight while it runs its softmax, in
     no more shared memory than it declares (the backend refuses configs by that estimate); without
     a mask its key loops touch no local memory (its default spills a few registers outside them;
-    with a mask, two spill accesses a loop). It refuses what it cannot serve, and without a GPU it
-    is cross-compiled, never run."""
+    with a mask, two spill accesses a loop). It serves BERT's exports (K^T a view of (B, S, H, D)
+    rows, heads packed, a mask) and refuses what it cannot, and without a GPU it is cross-compiled,
+    never run."""
     backend = BACKENDS["sm_90"]
     masked = synthetic.attention_task(2, 3, 300, 64, "float16", seq_kv=333, causal=True, mask=True)
     variant = next(v for v in backend.variants(masked, runnable_here=False) if v.name == "attention_pingpong")
     module = kernel_module(variant, interpret=False)
     plain = synthetic.attention_task(4, 32, 2048, 128, "float16", causal=True)
-    for task, config in ((masked, variant.default), (plain, variant.default),
+    bert = synthetic.attention_task(2, 4, 128, 64, "float16", k_transposed=True, mask=True, packed_heads=True)
+    for task, config in ((masked, variant.default), (plain, variant.default), (bert, variant.default),
                          (masked, {**variant.default, "BLOCK_N": 64, "STAGES": 3, "PERSISTENT": False})):
         kernel = compile_for(Candidate.of(variant, config), task, "sm_90")["kernels"][0]
         ptx = kernel["asm"]["ptx"].splitlines()
@@ -428,6 +430,7 @@ def test_attention_pingpong_runs_two_consumers_and_a_producer_within_its_estimat
         if task is plain:
             assert kernel["n_spills"] > 0 and _local_memory_in_hot_loops(kernel) == [0, 0]
     target = BACKENDS["sm_90"].target
+    assert module.constraints(bert, variant.default, target) is None
     refused = {name: module.constraints(other, variant.default, target) for name, other in {
         "float32": synthetic.attention_task(1, 2, 64, 64, "float32"),
         "k stored d x s": synthetic.attention_task(1, 2, 64, 64, "float16", k_transposed=True),

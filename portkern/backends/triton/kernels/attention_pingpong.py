@@ -14,10 +14,11 @@ H100 (benchmarks/results/h100-attention-pingpong-2026-12-06.log, CUDA graphs): 0
 causal shape, 0.92-0.93x on b32 h12 s128 and b8 h12 s512 d64, where attention_flash stays ahead.
 
 fp16/bf16, head dim up to 128, sm_90 (wgmma, TMA, setmaxnreg); causal is bottom-right; an additive
-mask (broadcast through zero strides) is read a key block at a time; q, k and v come through TMA
-(their last axis contiguous with 16-byte aligned rows, K not stored transposed), zero-filled past
-every edge. Gluon kernels cannot run in the Triton interpreter: without a GPU this variant is
-cross-compiled, not run.
+mask (broadcast through zero strides) is read a key block at a time; q, k and v come through TMA,
+zero-filled past every edge: each one's head dim must be its buffer's last axis, rows 16-byte
+aligned (K^T as BERT's exports give it, a view of (B, S, H, D) rows, is read as those rows; a K^T
+stored d x s is refused). The output's head dim must be contiguous too. Gluon kernels cannot run
+in the Triton interpreter: without a GPU this variant is cross-compiled, not run.
 """
 import math
 
@@ -58,11 +59,13 @@ def constraints(task, config, target):
     head_dim = _logical(task, 0)[-1]
     if head_dim > _MAX_HEAD_DIM:
         return f"head dim {head_dim} > {_MAX_HEAD_DIM}: a consumer's accumulator and scores would spill"
-    if task.attr("k_transposed", False):
-        return "K is stored transposed (d x s): its TMA tiles would need the other operand layout"
+    k_transposed = task.attr("k_transposed", False)
     for index, name in ((0, "q"), (1, "k"), (2, "v"), (3, "the output")):
-        if _perm(task, index)[3] != 3:  # q, k, v: TMA; the output: stores of whole rows of pairs
-            return f"{name}'s buffer is not read along its last axis"
+        # the buffer axis that holds the head dim (K^T's is its third): TMA tiles and the output's
+        # stores need it to be the last; BERT's exports give K^T as a view of (B, S, H, D) rows
+        head_axis = _perm(task, index)[2 if index == 1 and k_transposed else 3]
+        if head_axis != 3:
+            return f"{name}'s head dim is not its buffer's last axis (a d x s K^T needs the other operand layout)"
     if not _row_aligned(head_dim, task.dtype):
         return f"TMA: rows of {head_dim} x {task.dtype} are not {_ROW_BYTES}-byte aligned"
     return None
@@ -327,8 +330,10 @@ def _attention_pingpong(q_desc, k_desc, v_desc, o_ptr, m_ptr, BH, H, S, SK, D, s
 def launch(task, config, inputs, outputs):
     p = _AttentionProblem(task, inputs, outputs)
     block_d, block_n, dtype = p.flags["BLOCK_D"], config["BLOCK_N"], task.dtype
+    q, k_t, v = p.tensors[:3]
+    k = k_t.transpose(2, 3) if p.k_transposed else k_t  # (B, H, S, D) rows, d contiguous (constraints)
     q_desc, k_desc, v_desc = (_descriptor(t, t.shape, t.stride(), [1, 1, rows, block_d], dtype)
-                              for t, rows in zip(p.tensors[:3], (_CONSUMER_ROWS, block_n, block_n)))
+                              for t, rows in ((q, _CONSUMER_ROWS), (k, block_n), (v, block_n)))
     row_blocks = triton.cdiv(p.seq, 2 * _CONSUMER_ROWS)
     causal = p.flags["CAUSAL"]
     units = p.batch * p.heads * ((row_blocks + 1) // 2 if causal else row_blocks)
