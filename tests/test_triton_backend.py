@@ -443,6 +443,27 @@ def test_attention_pingpong_runs_two_consumers_and_a_producer_within_its_estimat
         assert backend.check(Candidate.of(variant, variant.default), task).startswith("needs a GPU")
 
 
+def test_tf32x3_accumulators_stay_within_64_registers() -> None:
+    """tf32x3 keeps each operand tile's tf32 halves in registers beside the accumulator: a 128 x 128
+    tile in 4 warps (128 accumulator registers a thread) spilled ~300 accesses into its K loop and
+    ran 1.8x slower than the best tile on an H200, so the tf32x3 GEMMs refuse it; in 8 warps, or
+    multiplied in fp16, the same tile is admitted."""
+    backend = BACKENDS["sm_90"]
+    fp32 = synthetic.gemm_task(4096, 768, 3072, "float32", trans_b=True)
+    fp16 = synthetic.gemm_task(4096, 768, 3072, "float16", trans_b=True)
+    variants = {v.name: v for v in builtin_variants()}
+
+    def problem(name: str, task: Task, warps: int) -> str | None:
+        variant = variants[name]
+        config = {**variant.default, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "num_warps": warps}
+        return backend.check(Candidate.of(variant, config), task)
+
+    for name in ("gemm_tma_tf32x3", "gemm_tiled_tf32x3"):
+        assert "> 64 registers" in problem(name, fp32, 4)
+        assert problem(name, fp32, 8) is None
+    assert problem("gemm_tma", fp16, 4) is None
+
+
 def test_gemm_wgmma_keeps_two_products_in_flight_and_needs_a_gpu_to_run() -> None:
     """gemm_wgmma (Gluon) builds its 192-row tile as a 128-row and a 64-row product per K step,
     waited on together (two wgmma groups left in flight), in one warpgroup with no spill traffic in

@@ -33,7 +33,8 @@ def constraints(task, config, target):
     out_batch = _batch(task.outputs[0].shape)
     return (_dot_precision_problem(task, target) or _operand_batch_problem(task.inputs[0].shape, out_batch, "a")
             or _operand_batch_problem(task.inputs[1].shape, out_batch, "b")
-            or _accumulator_problem(config["BLOCK_M"], config["BLOCK_N"], config["num_warps"], target))
+            or _accumulator_problem(config["BLOCK_M"], config["BLOCK_N"], config["num_warps"], target,
+                                    _accumulator_limit()))
 
 
 @triton.jit

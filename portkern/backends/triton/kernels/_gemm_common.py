@@ -49,11 +49,12 @@ def _sms_problem(config, target):
     return None
 
 
-def _accumulator_problem(rows, cols, num_warps, target):
-    """An fp32 rows x cols accumulator over more than 128 registers a thread spills."""
+def _accumulator_problem(rows, cols, num_warps, target, limit=128):
+    """An fp32 rows x cols accumulator over more than `limit` registers a thread spills (128; a
+    module's _accumulator_limit() where its products need registers of their own)."""
     threads = num_warps * target.profile.warp_size
-    if rows * cols > 128 * threads:
-        return f"a {rows}x{cols} fp32 accumulator over {threads} threads needs > 128 registers each"
+    if rows * cols > limit * threads:
+        return f"a {rows}x{cols} fp32 accumulator over {threads} threads needs > {limit} registers each"
     return None
 
 

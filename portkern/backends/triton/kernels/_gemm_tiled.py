@@ -8,7 +8,8 @@ DEFAULT = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps
 
 def constraints(task, config, target):
     return (_dot_precision_problem(task, target) or _residual_problem(task)
-            or _accumulator_problem(config["BLOCK_M"], config["BLOCK_N"], config["num_warps"], target))
+            or _accumulator_problem(config["BLOCK_M"], config["BLOCK_N"], config["num_warps"], target,
+                                    _accumulator_limit()))
 
 
 @triton.jit

@@ -15,7 +15,8 @@ def _tma_config_problem(task, config, target):
     """Why this config cannot run the TMA GEMM on operands TMA can read, or None."""
     return (_sms_problem(config, target) or _store_problem(task, config) or _residual_problem(task)
             or (config["HALF_TAIL"] and _half_tail_problem(task, config))
-            or _accumulator_problem(config["BLOCK_M"], config["BLOCK_N"], config["num_warps"], target))
+            or _accumulator_problem(config["BLOCK_M"], config["BLOCK_N"], config["num_warps"], target,
+                                    _accumulator_limit()))
 
 
 _SPLITS = {}  # (M, N, BLOCK_M, BLOCK_N, NUM_SMS) -> split: launch() asks on every run

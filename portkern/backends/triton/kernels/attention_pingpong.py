@@ -106,6 +106,7 @@ def _tile_origin(unit, t, n_row_blocks, H, tile_rows: gl.constexpr, PAIRED: gl.c
 
 @gluon.jit
 def _unit_count(BH, S, block_m: gl.constexpr, CAUSAL: gl.constexpr):
+    """A head's row blocks (tiles of two consumers' rows) and the launch's units of work."""
     n_row_blocks = gl.cdiv(S, 2 * block_m)
     units = BH * n_row_blocks
     if CAUSAL:
