@@ -400,10 +400,11 @@ def test_cross_compiled_spills_count_the_stack_frame() -> None:
 
 
 def _local_memory_in_hot_loops(kernel: dict[str, Any]) -> list[int]:
-    """Spill loads and stores in each innermost loop that issues wgmma (HGMMA), from the SASS."""
-    mix = _ops_script("sass_loop_mix")
-    loops = mix.hgmma_loops(mix.sass(kernel["asm"]["cubin"]))
-    return [sum(op.startswith(("STL", "LDL")) for op in body) for body in loops]
+    return _ops_script("sass_loop_mix").hot_loop_spill_ops(kernel["asm"]["cubin"])
+
+
+def _wait_groups(kernel: dict[str, Any]) -> set[str]:
+    return _ops_script("_gluon_probe").wait_groups(kernel["asm"]["ptx"])
 
 
 def test_attention_pingpong_runs_two_consumers_and_a_producer_within_its_estimate() -> None:
@@ -423,9 +424,7 @@ def test_attention_pingpong_runs_two_consumers_and_a_producer_within_its_estimat
     for task, config in ((masked, variant.default), (plain, variant.default), (bert, variant.default),
                          (masked, {**variant.default, "BLOCK_N": 64, "STAGES": 3, "PERSISTENT": False})):
         kernel = compile_for(Candidate.of(variant, config), task, "sm_90")["kernels"][0]
-        ptx = kernel["asm"]["ptx"].splitlines()
-        waits = {line.split()[1].rstrip(";") for line in ptx if "wgmma.wait_group" in line}
-        assert waits == {"0", "1"} and kernel["num_warps"] == 12
+        assert _wait_groups(kernel) == {"0", "1"} and kernel["num_warps"] == 12
         assert kernel["shared"] <= module.shared_memory(task, config)
         if task is plain:
             assert kernel["n_spills"] > 0 and _local_memory_in_hot_loops(kernel) == [0, 0]
@@ -475,9 +474,7 @@ def test_gemm_wgmma_keeps_two_products_in_flight_and_needs_a_gpu_to_run() -> Non
     variant = next(v for v in backend.variants(task, runnable_here=False) if v.name == "gemm_wgmma")
     kernels = {rows: compile_for(Candidate.of(variant, {**variant.default, "BLOCK_M": rows}), task, "sm_90")
                ["kernels"][0] for rows in (192, 128)}
-    waits = {rows: {line.split()[1].rstrip(";") for line in kernel["asm"]["ptx"].splitlines()
-                    if "wgmma.wait_group" in line} for rows, kernel in kernels.items()}
-    assert waits == {192: {"0", "2"}, 128: {"0", "1"}}
+    assert {rows: _wait_groups(kernel) for rows, kernel in kernels.items()} == {192: {"0", "2"}, 128: {"0", "1"}}
     assert kernels[192]["num_warps"] == 4 and kernels[128]["n_spills"] == 0
     assert _local_memory_in_hot_loops(kernels[192]) == [0]
     hgmma = {rows: kernel["asm"]["ptx"].count("wgmma.mma_async") for rows, kernel in kernels.items()}

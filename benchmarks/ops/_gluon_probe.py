@@ -42,8 +42,12 @@ def built(compile_kernel: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         return {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[-400:]}"}
     ptx = kernel["asm"]["ptx"]
     return {"ok": True, "registers": kernel["n_regs"], "spills": kernel["n_spills"], "shared": kernel["shared"],
-            "warps": kernel["num_warps"], "wgmma": ptx.count("wgmma.mma_async"),
-            "waits": sorted({line.split()[1].rstrip(";") for line in ptx.splitlines() if "wgmma.wait_group" in line})}
+            "warps": kernel["num_warps"], "wgmma": ptx.count("wgmma.mma_async"), "waits": sorted(wait_groups(ptx))}
+
+
+def wait_groups(ptx: str) -> set[str]:
+    """The distinct counts a kernel's wgmma.wait_group instructions leave in flight."""
+    return {line.split()[1].rstrip(";") for line in ptx.splitlines() if "wgmma.wait_group" in line}
 
 
 def write_record(out: Path | None, probe: str, rows: list[dict[str, Any]]) -> None:

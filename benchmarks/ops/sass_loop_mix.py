@@ -96,6 +96,12 @@ def hgmma_loops(instructions: list[tuple[int, str, bool]]) -> list[list[str]]:
     return [body for body in bodies if any(t.startswith("HGMMA") for t in body)]
 
 
+def hot_loop_spill_ops(cubin: bytes) -> list[int]:
+    """Spill loads and stores (STL/LDL) in each innermost loop that issues HGMMA: a spill there is
+    paid every step, one outside (an epilogue) once."""
+    return [sum(op.startswith(("STL", "LDL")) for op in body) for body in hgmma_loops(sass(cubin))]
+
+
 def programs_per_sm(kernel: dict[str, Any], limits: dict[str, float]) -> int:
     """Programs one SM holds at once, by shared memory, registers and threads."""
     threads = kernel["num_warps"] * 32

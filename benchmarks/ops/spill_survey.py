@@ -12,8 +12,11 @@ shows them slow.
 from __future__ import annotations
 
 import argparse
+import datetime
 import itertools
 import json
+import os
+import platform
 import random
 import sys
 import time
@@ -22,6 +25,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 import sass_loop_mix as mix  # noqa: E402
+
+import triton  # noqa: E402
 
 from portkern import synthetic  # noqa: E402
 from portkern.backends import get_backend  # noqa: E402
@@ -42,8 +47,7 @@ CASES = {
 }
 
 
-def survey(name: str, per_variant: int, seed: int, deadline: float) -> list[dict[str, Any]]:
-    backend = get_backend(load_target("h200"))
+def survey(backend: Any, name: str, per_variant: int, seed: int, deadline: float) -> list[dict[str, Any]]:
     task = CASES[name]
     variant = next(v for v in backend.variants(task, runnable_here=False) if v.name == name)
     configs = [dict(zip(variant.space, values)) for values in itertools.product(*variant.space.values())]
@@ -56,9 +60,8 @@ def survey(name: str, per_variant: int, seed: int, deadline: float) -> list[dict
         if backend.target_problem(candidate, task):
             continue
         kernel = compile_for(candidate, task, "sm_90")["kernels"][0]
-        loops = mix.hgmma_loops(mix.sass(kernel["asm"]["cubin"]))
         rows.append({"config": config, "registers": kernel["n_regs"], "spills": kernel["n_spills"],
-                     "hot_loop_spill_ops": [sum(op.startswith(("STL", "LDL")) for op in body) for body in loops]})
+                     "hot_loop_spill_ops": mix.hot_loop_spill_ops(kernel["asm"]["cubin"])})
     return rows
 
 
@@ -71,10 +74,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     deadline = time.time() + args.budget_seconds
-    result = {"command": " ".join(sys.argv), "arch": "sm_90", "variants": {}}
+    backend = get_backend(load_target("h200"))  # its sm_90 target; nothing runs here
+    result = {"command": " ".join(sys.argv),
+              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "device": f"none: cross-compiled for sm_90 on this host ({platform.machine()}, {os.cpu_count()} cores)",
+              "triton": triton.__version__, "python": platform.python_version(), "arch": "sm_90", "variants": {}}
     for name in args.variants.split(","):
         task = CASES[name]
-        rows = survey(name, args.per_variant, args.seed, deadline)
+        rows = survey(backend, name, args.per_variant, args.seed, deadline)
         hot = [row for row in rows if any(row["hot_loop_spill_ops"])]
         print(f"{name} on {task.label}: {len(rows)} valid configs built, "
               f"{sum(1 for row in rows if row['spills'])} spill, {len(hot)} into a hot loop", flush=True)

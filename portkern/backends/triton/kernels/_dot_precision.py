@@ -11,8 +11,9 @@ def _dot_precision_problem(task, target):
 
 def _accumulator_limit():
     """fp32 accumulator registers a thread may hold beside this module's products: tf32x3 keeps
-    each operand tile's tf32 halves in registers too. Its 128-register accumulators spilled 190-385
+    each operand tile's tf32 halves in registers too. Its 128-register accumulators spilled 98-395
     accesses into the K loop of gemm_tma_tf32x3, gemm_tiled_tf32x3 and bmm_tiled_tf32x3 (sm_90
-    builds) and ran 1.75-1.95x slower than the best tile on an H200
-    (benchmarks/results/h200-table-half-tail-tf32x3-2026-12-06.json); 64-register ones do not."""
+    builds, results/cpu-sm90-spill-survey-2026-12-06.log) and ran 1.75-1.95x slower than the best
+    tile on an H200 (results/h200-table-half-tail-tf32x3-2026-12-06.json); 64-register ones do
+    not spill there."""
     return 64 if DOT_PRECISION == "tf32x3" else 128
