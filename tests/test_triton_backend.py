@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import json
 import random
 import zipfile
 from pathlib import Path
@@ -28,8 +29,8 @@ from portkern.backends.kernel_module import KernelSourceError, variant_from_sour
 from portkern.backends.triton import TritonBackend, compile_for
 from portkern.backends.triton.backend import INTERPRETER_BF16, InterpreterLimitError
 from portkern.backends.triton.compile_only import ARCH_TARGETS, compile_launch
-from portkern.backends.triton.modules import (ALLOWED_IMPORTS, Launch, builtin_variants, expand_includes,
-                                              kernel_module)
+from portkern.backends.triton.modules import (ALLOWED_IMPORTS, Launch, builtin_variant, builtin_variants,
+                                              expand_includes, kernel_module)
 from portkern.errors import PortkernError, TargetError
 from portkern.hwprofile import available_targets, load_profile, load_target
 from portkern.ir import Node, TensorSpec
@@ -354,6 +355,24 @@ def test_grid_benchmark_parses_and_plans_without_a_gpu(capsys: pytest.CaptureFix
     assert labels[0] == "gemm:8x256x512:trans_b+bias+gelu float16"
     with pytest.raises(SystemExit, match="takes 3 sizes"):
         grid.parse_ops("gemm:8x8", "float16")
+
+
+def test_variant_ab_gates_and_times_both_versions_of_a_kernel(tmp_path: Path) -> None:
+    """variant_ab.py judges a kernel change: the library's kernel and another text of it (an earlier
+    commit's) each pass the verification gate before either is timed; a version that computes
+    wrong values is reported as such, with no time."""
+    ab = _ops_script("variant_ab")
+    library = next(v for v in builtin_variants() if v.name == "softmax_online")
+    text = (Path(__file__).resolve().parents[1] / "portkern/backends/triton/kernels/softmax_online.py").read_text()
+    assert builtin_variant("softmax_online", text).source == library.source
+    for base_text, status in ((text, "ok"), (text.replace("* inv_sum", "* inv_sum * 0.5"), "wrong")):
+        base, out = tmp_path / "base.py", tmp_path / "ab.json"
+        base.write_text(base_text)
+        assert ab.main(["--variant", "softmax_online", "--base", str(base), "--suite", "memory", "--smoke",
+                        "--filter", "softmax", "--out", str(out)]) == 0
+        row = json.loads(out.read_text())["rows"][0]
+        assert row["new"]["status"] == "ok" and len(row["new"]["harness"]) == 2
+        assert row["base"]["status"] == status and ("new_vs_base" in row) == (status == "ok")
 
 
 def test_sass_loop_model_finds_attentions_key_loops() -> None:

@@ -57,7 +57,10 @@ def suites(smoke: bool) -> dict[str, list[tuple[str, Task]]]:
                             (4096, 4096, 4096), (4096, 11008, 4096), (3000, 1000, 777))]
     attention = [("attn b32 h12 s128 d64", attention_task(32, 12, 128, 64, "float16")),
                  ("attn b8 h12 s512 d64", attention_task(8, 12, 512, 64, "float16")),
-                 ("attn causal b4 h32 s2048 d128", attention_task(4, 32, 2048, 128, "float16", causal=True))]
+                 ("attn causal b4 h32 s2048 d128", attention_task(4, 32, 2048, 128, "float16", causal=True)),
+                 # BERT-base's attention as its ONNX export gives it: heads packed, K^T a view, a mask
+                 ("attn bert b32 h12 s128 d64 mask", attention_task(32, 12, 128, 64, "float16", mask=True,
+                                                                    k_transposed=True, packed_heads=True))]
     # ResNet-50's convolutions at batch 32 in NHWC, as portkern's Triton graph has them (BN folded
     # into the bias, ReLU fused as in its blocks); the baseline is cuDNN on channels-last tensors
     conv = [(f"conv {kh}x{kh} s{stride} c{c} oc{oc} {hw}x{hw} nhwc",

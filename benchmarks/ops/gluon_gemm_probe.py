@@ -123,11 +123,30 @@ def run_on_gpu(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return results
 
 
+def launch_once(shape: tuple[int, int, int], configs: list[dict[str, Any]]) -> None:
+    """One launch of cuBLAS (torch's linear), each gemm_wgmma config and gemm_tma's best on one
+    shape, nothing timed: the program to run under Nsight Compute."""
+    m, n, k = shape
+    a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    weight = torch.randn(n, k, device="cuda", dtype=torch.float16) / k ** 0.5
+    out = torch.empty(m, n, device="cuda", dtype=torch.float16)
+    torch.nn.functional.linear(a, weight)
+    for variant, config in [("gemm_wgmma", c) for c in configs] + [("gemm_tma", _tma_config(c))
+                                                                    for c in TMA_BEST.get(shape, [])]:
+        program(_linear(shape), variant, config)([a, weight], [out])
+    torch.cuda.synchronize()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--compile-only", action="store_true", help="build for sm_90 here; no GPU needed")
+    parser.add_argument("--launch-once", metavar="MxNxK",
+                        help="launch cuBLAS and the first two gemm_wgmma configs once on this shape, for ncu")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    if args.launch_once:
+        launch_once(tuple(int(x) for x in args.launch_once.split("x")), CONFIGS[:2])
+        return
     rows = compile_only(CONFIGS) if args.compile_only else run_on_gpu(CONFIGS)
     write_record(args.out, "gemm_wgmma: 192-row tiles as a 128-row and a 64-row product in flight together", rows)
 

@@ -54,18 +54,20 @@ def _kernel_files() -> Any:
 
 def builtin_variants() -> list[Variant]:
     """Every kernels/*.py file (not starting with '_') as a Variant; read fresh, cheap."""
+    return [builtin_variant(entry.name[:-3], entry.read_text())
+            for entry in sorted(_kernel_files().iterdir(), key=lambda e: e.name)
+            if entry.name.endswith(".py") and not entry.name.startswith("_")]
+
+
+def builtin_variant(name: str, text: str) -> Variant:
+    """A kernel file's text as the library reads it (its includes expanded from kernels/): also how
+    another version of a built-in kernel (an earlier commit's, for an A/B) becomes a Variant."""
     folder = _kernel_files()
 
-    def read(name: str) -> str:
-        return str(folder.joinpath(f"_{name}.py").read_text())
+    def read(include: str) -> str:
+        return str(folder.joinpath(f"_{include}.py").read_text())
 
-    found = []
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".py") and not entry.name.startswith("_"):
-            source = expand_includes(entry.read_text(), read)
-            found.append(variant_from_source(entry.name[:-3], source, BACKEND_NAME, "builtin",
-                                             ALLOWED_IMPORTS))
-    return found
+    return variant_from_source(name, expand_includes(text, read), BACKEND_NAME, "builtin", ALLOWED_IMPORTS)
 
 
 @contextlib.contextmanager
