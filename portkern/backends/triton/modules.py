@@ -27,6 +27,7 @@ from importlib import resources
 from typing import Any, Callable, Iterator
 
 import torch
+import triton
 import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
@@ -135,6 +136,7 @@ def interpreted_language() -> Iterator[None]:
     a device-function call without undoing it, which would break a later compile in this process.
     """
     with _MODE_LOCK, _triton_mode(interpret=True):  # Triton's lazily imported parts check it too
+        _scalar_index_in_interpreter()
         namespaces = _language_namespaces()
         saved = [(owner, dict(vars(owner))) for owner in namespaces]
         for owner, attr, interpreted in _language_patches():
@@ -144,6 +146,23 @@ def interpreted_language() -> Iterator[None]:
         finally:
             for owner, before in saved:
                 _restore(owner, before)
+
+
+@functools.cache
+def _scalar_index_in_interpreter() -> None:
+    """Triton 3.6's interpreter makes a scalar an index with int() on its one-element array, which
+    numpy 2.4 refuses (`for i in range(tl.cdiv(n, BLOCK))` fails in every kernel with such a loop);
+    Triton 3.7 squeezes the array first. 3.6 is given 3.7's conversion."""
+    if tuple(int(part) for part in triton.__version__.split(".")[:2]) >= (3, 7):
+        return
+    from triton.runtime import interpreter
+    patch_tensor = interpreter._patch_lang_tensor
+
+    def patch_tensor_with_scalar_index(tensor: Any, scope: Any) -> None:
+        patch_tensor(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+
+    interpreter._patch_lang_tensor = patch_tensor_with_scalar_index
 
 
 def _restore(owner: Any, before: dict[str, Any]) -> None:
