@@ -3,7 +3,7 @@
 a kernel is judged by a measured ratio, not by two runs on two machines.
 
 For every case of the chosen bench_ops suites and every config, both versions pass the verification
-gate, then each is timed in turn twice (A B A B, so drift shows) by portkern's harness (device time
+gate, then each is timed in turn twice (A B B A, so drift and position cancel) by portkern's harness (device time
 behind a spin kernel, three rotating input sets: what the search sees) and by CUDA-graph replay of
 one input set (what a graph-captured model sees; GPUs only); torch eager is timed beside them.
 
@@ -91,8 +91,9 @@ def main(argv: list[str] | None = None) -> int:
                                        "floor_seconds": floor_seconds(task, target), "torch_eager_s": eager_s}
                 gated = {label: gated_program(backend, variant, config, task) for label, variant in versions.items()}
                 runs = {label: run for label, (_, run) in gated.items()}
-                for _ in range(2):  # A B A B
-                    for program, run in gated.values():
+                order = list(gated.values())
+                for programs in (order, order[::-1]):  # A B B A: drift and position cancel in the pair
+                    for program, run in programs:
                         if program is not None:
                             run["harness"].append(time_program(backend, program, task, measure, inputs=sets).median)
                             if torch.cuda.is_available():
