@@ -461,6 +461,22 @@ def test_attention_pingpong_runs_two_consumers_and_a_producer_within_its_estimat
         assert backend.check(Candidate.of(variant, variant.default), task).startswith("needs a GPU")
 
 
+def test_attention_pingpong_spares_whole_key_blocks_their_selects() -> None:
+    """Where every key block is whole and no causal mask applies, attention_pingpong's key loops
+    hold no selects (ptxas had turned the edge check into 64 FSEL a block on every block: 514
+    instructions a loop, 424 without); with a partial last block they stay."""
+    variant = next(v for v in builtin_variants() if v.name == "attention_pingpong")
+    mix = _ops_script("sass_loop_mix")
+
+    def selects(task: Task) -> list[int]:
+        kernel = compile_for(Candidate.of(variant, variant.default), task, "sm_90")["kernels"][0]
+        return [sum(op.startswith("FSEL") for op in body) for body in mix.hgmma_loops(mix.sass(kernel["asm"]["cubin"]))]
+
+    even, ragged = synthetic.attention_task(2, 4, 256, 64, "float16"), synthetic.attention_task(2, 4, 300, 64, "float16")
+    assert selects(even) == [0, 0]
+    assert min(selects(ragged)) >= 64
+
+
 def test_tf32x3_accumulators_stay_within_64_registers() -> None:
     """tf32x3 keeps each operand tile's tf32 halves in registers beside the accumulator: a 128 x 128
     tile in 4 warps (128 accumulator registers a thread) spilled ~300 accesses into its K loop and

@@ -125,10 +125,12 @@ def _key_blocks(q0, tile_rows, S, SK, block_n: gl.constexpr, CAUSAL: gl.constexp
 
 @gluon.jit
 def _scores_to_probs(s, m_i, l_i, start, unmasked_end, rows, mask_base, S, SK, scale_log2, sm_s, sm_k,
-                     HAS_MASK: gl.constexpr, CAUSAL: gl.constexpr, col_layout: gl.constexpr):
+                     HAS_MASK: gl.constexpr, CAUSAL: gl.constexpr, EVEN_KEYS: gl.constexpr, col_layout: gl.constexpr):
     """One online-softmax step on a block of raw scores: the probabilities, the accumulator's
     rescale, the new running max (log2 units) and sum. The scale goes into the exponent (s * scale
-    - max, one FFMA a score); only blocks past unmasked_end pay for the key and causal masks."""
+    - max, one FFMA a score); only blocks past unmasked_end pay for the key and causal masks, and
+    none where every block is whole and no causal mask applies (EVEN_KEYS): ptxas turns the check
+    into selects that every block executes (64-128 a block)."""
     block_n: gl.constexpr = s.shape[1]
     cols = start + gl.arange(0, block_n, layout=col_layout)
     scale = scale_log2
@@ -137,7 +139,7 @@ def _scores_to_probs(s, m_i, l_i, start, unmasked_end, rows, mask_base, S, SK, s
                        mask=(rows[:, None] < S) & (cols[None, :] < SK), other=0.0)
         s = s * scale_log2 + bias.to(gl.float32) * 1.4426950408889634
         scale = 1.0
-    if start + block_n > unmasked_end:
+    if (CAUSAL or not EVEN_KEYS) and start + block_n > unmasked_end:
         visible = cols[None, :] < SK
         if CAUSAL:
             visible = visible & (cols[None, :] <= rows[:, None] + (SK - S))
@@ -194,7 +196,8 @@ def _pingpong_producer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
 
 
 @gluon.jit
-def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK: gl.constexpr):
+def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK: gl.constexpr,
+                       EVEN_KEYS: gl.constexpr):
     """One warpgroup: query rows [q0 + which * 64, +64) of each tile. Each turn it issues q k^T of
     a key block and p v of the block before, passes the turn, and runs its softmax while the
     other consumer's products run."""
@@ -250,7 +253,7 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
             mbarrier.arrive(k_free.index(slot))
             p, alpha, m_i, l_i = _scores_to_probs(s, m_i, l_i, 0, unmasked_end, rows, mask_base, S, SK, scale_log2,
-                                                  sm_s, sm_k, HAS_MASK, CAUSAL, col_layout)
+                                                  sm_s, sm_k, HAS_MASK, CAUSAL, EVEN_KEYS, col_layout)
             for j in range(1, n_blocks):
                 ring = kv_count + j
                 slot = ring % stages
@@ -268,7 +271,7 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
                 s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # the scores are done; p v may still run
                 mbarrier.arrive(k_free.index(slot))
                 p, alpha, m_i, l_i = _scores_to_probs(s, m_i, l_i, j * block_n, unmasked_end, rows, mask_base, S, SK,
-                                                      scale_log2, sm_s, sm_k, HAS_MASK, CAUSAL, col_layout)
+                                                      scale_log2, sm_s, sm_k, HAS_MASK, CAUSAL, EVEN_KEYS, col_layout)
                 acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
                 mbarrier.arrive(v_free.index(prev))
             # the tile's last turn: p v of its last block
@@ -295,7 +298,7 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
 @gluon.jit
 def _attention_pingpong(q_desc, k_desc, v_desc, o_ptr, m_ptr, BH, H, S, SK, D, scale_log2, sm_b, sm_h, sm_s, sm_k,
                         so_b, so_h, so_s, STAGES: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK: gl.constexpr,
-                        CONSUMER_REGISTERS: gl.constexpr):
+                        EVEN_KEYS: gl.constexpr, CONSUMER_REGISTERS: gl.constexpr):
     """Programs from program_id by num_programs over the units of tiles (_tiles_in_unit): two
     consumer warpgroups and a producer warp each (warp specialization)."""
     dtype: gl.constexpr = q_desc.dtype
@@ -323,8 +326,8 @@ def _attention_pingpong(q_desc, k_desc, v_desc, o_ptr, m_ptr, BH, H, S, SK, D, s
     args = ((q_desc, k_desc, v_desc), (q_bars, q_free, k_bars, v_bars, k_free, v_free, turns),
             (q_smem, k_smem, v_smem),
             (o_ptr, m_ptr, BH, H, S, SK, D, scale_log2, sm_b, sm_h, sm_s, sm_k, so_b, so_h, so_s))
-    gl.warp_specialize([(_pingpong_consumer, (args, 0, CAUSAL, HAS_MASK)),
-                        (_pingpong_consumer, (args, 1, CAUSAL, HAS_MASK)),
+    gl.warp_specialize([(_pingpong_consumer, (args, 0, CAUSAL, HAS_MASK, EVEN_KEYS)),
+                        (_pingpong_consumer, (args, 1, CAUSAL, HAS_MASK, EVEN_KEYS)),
                         (_pingpong_producer, (args, 0, CAUSAL, HAS_MASK))], [4, 1], [CONSUMER_REGISTERS, 24])
 
 
@@ -341,5 +344,6 @@ def launch(task, config, inputs, outputs):
     grid = (min(units, _core_count(p.out, units)) if config["PERSISTENT"] else units,)
     _attention_pingpong[grid](q_desc, k_desc, v_desc, p.out, p.mask, p.batch * p.heads, p.heads, p.seq, p.seq_kv,
                               p.head_dim, p.scale_log2, *p.strides[12:], *p.out.stride()[:3], STAGES=config["STAGES"],
-                              CAUSAL=causal, HAS_MASK=p.has_mask, CONSUMER_REGISTERS=_CONSUMER_REGISTERS,
+                              CAUSAL=causal, HAS_MASK=p.has_mask, EVEN_KEYS=p.seq_kv % block_n == 0,
+                              CONSUMER_REGISTERS=_CONSUMER_REGISTERS,
                               num_warps=4, maxnreg=_MAX_REGISTERS)
