@@ -445,8 +445,8 @@ def test_attention_pingpong_runs_two_consumers_and_a_producer_within_its_estimat
         kernel = compile_for(Candidate.of(variant, config), task, "sm_90")["kernels"][0]
         assert _wait_groups(kernel) == {"0", "1"} and kernel["num_warps"] == 12
         assert kernel["shared"] <= module.shared_memory(task, config)
-        if task is plain:
-            assert kernel["n_spills"] > 0 and _local_memory_in_hot_loops(kernel) == [0, 0]
+        if task is plain:  # each consumer's two key loops: whole blocks, then the causal edge
+            assert kernel["n_spills"] > 0 and _local_memory_in_hot_loops(kernel) == [0, 0, 0, 0]
     target = BACKENDS["sm_90"].target
     assert module.constraints(bert, variant.default, target) is None
     refused = {name: module.constraints(other, variant.default, target) for name, other in {
@@ -462,19 +462,23 @@ def test_attention_pingpong_runs_two_consumers_and_a_producer_within_its_estimat
 
 
 def test_attention_pingpong_spares_whole_key_blocks_their_selects() -> None:
-    """Where every key block is whole and no causal mask applies, attention_pingpong's key loops
-    hold no selects (ptxas had turned the edge check into 64 FSEL a block on every block: 514
-    instructions a loop, 424 without); with a partial last block they stay."""
+    """Key blocks no mask edge can reach run in a loop compiled without the masks' selects (ptxas
+    had turned the edge check into 64-128 FSEL a block on every block: 514 instructions a loop at
+    head dim 64, 424 without); a partial last block or a causal mask gets a second loop that has
+    them. With whole blocks and no causal mask there is no second loop."""
     variant = next(v for v in builtin_variants() if v.name == "attention_pingpong")
     mix = _ops_script("sass_loop_mix")
 
     def selects(task: Task) -> list[int]:
+        """FSEL in each consumer's key loops, in code order (two consumers)."""
         kernel = compile_for(Candidate.of(variant, variant.default), task, "sm_90")["kernels"][0]
         return [sum(op.startswith("FSEL") for op in body) for body in mix.hgmma_loops(mix.sass(kernel["asm"]["cubin"]))]
 
-    even, ragged = synthetic.attention_task(2, 4, 256, 64, "float16"), synthetic.attention_task(2, 4, 300, 64, "float16")
-    assert selects(even) == [0, 0]
-    assert min(selects(ragged)) >= 64
+    assert selects(synthetic.attention_task(2, 4, 256, 64, "float16")) == [0, 0]
+    for edged in (synthetic.attention_task(2, 4, 300, 64, "float16"),
+                  synthetic.attention_task(2, 4, 256, 64, "float16", causal=True)):
+        loops = selects(edged)
+        assert loops[0::2] == [0, 0] and min(loops[1::2]) >= 64
 
 
 def test_tf32x3_accumulators_stay_within_64_registers() -> None:

@@ -9,7 +9,9 @@ the other's products run. One producer warp fills double-buffered Q tiles and a 
 setmaxnreg gives the consumers its registers. A key block is released once its scores are done,
 its values once p v is (FA3's order: 10% on the causal shape). PERSISTENT runs one program per SM
 over units of tiles, so the next tile's loads run under this one's products; under a causal mask a
-unit is row block r's tile and its mirror's (n-1-r), equal work for the static schedule.
+unit is row block r's tile and its mirror's (n-1-r), equal work for the static schedule. A
+consumer's key blocks run in two loops: those no mask edge reaches (compiled without the masks),
+then the causal diagonal or a partial last block.
 H100 (benchmarks/results/h100-attention-pingpong-2026-12-06.log, CUDA graphs): 0.99x SDPA on the
 causal shape, 0.92-0.93x on b32 h12 s128 and b8 h12 s512 d64, where attention_flash stays ahead.
 
@@ -125,21 +127,21 @@ def _key_blocks(q0, tile_rows, S, SK, block_n: gl.constexpr, CAUSAL: gl.constexp
 
 @gluon.jit
 def _scores_to_probs(s, m_i, l_i, start, unmasked_end, rows, mask_base, S, SK, scale_log2, sm_s, sm_k,
-                     HAS_MASK: gl.constexpr, CAUSAL: gl.constexpr, EVEN_KEYS: gl.constexpr, col_layout: gl.constexpr):
+                     HAS_MASK: gl.constexpr, CAUSAL: gl.constexpr, EDGE: gl.constexpr, col_layout: gl.constexpr):
     """One online-softmax step on a block of raw scores: the probabilities, the accumulator's
     rescale, the new running max (log2 units) and sum. The scale goes into the exponent (s * scale
-    - max, one FFMA a score); only blocks past unmasked_end pay for the key and causal masks, and
-    none where every block is whole and no causal mask applies (EVEN_KEYS): ptxas turns the check
-    into selects that every block executes (64-128 a block)."""
+    - max, one FFMA a score). The key and causal masks are built only where the block may reach
+    past unmasked_end (EDGE, known when compiling): ptxas turns the runtime check into selects that
+    every block executes (64-128 a block), so blocks known to be whole are compiled without it."""
     block_n: gl.constexpr = s.shape[1]
     cols = start + gl.arange(0, block_n, layout=col_layout)
     scale = scale_log2
-    if HAS_MASK:  # the mask is added to scaled scores: scale first
+    if HAS_MASK:  # the mask is added to the scaled scores in natural units (one FFMA), log2 units after
         bias = gl.load(mask_base + rows[:, None].to(gl.int64) * sm_s + cols[None, :] * sm_k,
                        mask=(rows[:, None] < S) & (cols[None, :] < SK), other=0.0)
-        s = s * scale_log2 + bias.to(gl.float32) * 1.4426950408889634
-        scale = 1.0
-    if (CAUSAL or not EVEN_KEYS) and start + block_n > unmasked_end:
+        s = s * (scale_log2 * 0.6931471805599453) + bias.to(gl.float32)
+        scale = 1.4426950408889634
+    if EDGE and start + block_n > unmasked_end:
         visible = cols[None, :] < SK
         if CAUSAL:
             visible = visible & (cols[None, :] <= rows[:, None] + (SK - S))
@@ -151,6 +153,43 @@ def _scores_to_probs(s, m_i, l_i, start, unmasked_end, rows, mask_base, S, SK, s
     p = gl.exp2(s * scale - shift[:, None])
     alpha = gl.exp2(m_i - shift)
     return p, alpha, m_new, l_i * alpha + gl.sum(p, axis=1)
+
+
+@gluon.jit
+def _key_step(j, carry, q, s_zero, ring, turns, masks, HAS_MASK: gl.constexpr, CAUSAL: gl.constexpr,
+              EDGE: gl.constexpr):
+    """One turn of a consumer inside a tile: q k^T of key block j and p v of block j-1 issued
+    together, the turn passed, then block j's softmax while p v runs. EDGE: whether block j may
+    reach past unmasked_end (see _scores_to_probs)."""
+    acc, p, alpha, m_i, l_i, turn_count = carry
+    k_smem, v_smem, k_bars, v_bars, k_free, v_free, kv_count = ring
+    my_turn, their_turn = turns
+    unmasked_end, rows, mask_base, S, SK, scale_log2, sm_s, sm_k = masks
+    stages: gl.constexpr = k_smem.type.shape[0]
+    block_n: gl.constexpr = k_smem.type.shape[3]  # a ring slot is a (1, 1, rows, head dim) TMA box
+    block_d: gl.constexpr = k_smem.type.shape[4]
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc.type.layout, k_width=2)
+    o_row_layout: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
+    col_layout: gl.constexpr = gl.SliceLayout(0, s_zero.type.layout)
+    ring_index = kv_count + j
+    slot = ring_index % stages
+    prev = (ring_index - 1) % stages
+    mbarrier.wait(k_bars.index(slot), (ring_index // stages) & 1)
+    mbarrier.wait(v_bars.index(prev), ((ring_index - 1) // stages) & 1)
+    acc = acc * gl.convert_layout(alpha, o_row_layout)[:, None]
+    p_op = gl.convert_layout(p.to(q.dtype), p_layout)
+    mbarrier.wait(my_turn, turn_count & 1)
+    s = warpgroup_mma(q, k_smem.index(slot).reshape([block_n, block_d]).permute((1, 0)), s_zero,
+                      use_acc=False, is_async=True)
+    acc = warpgroup_mma(p_op, v_smem.index(prev).reshape([block_n, block_d]), acc, is_async=True)
+    mbarrier.arrive(their_turn)
+    s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # the scores are done; p v may still run
+    mbarrier.arrive(k_free.index(slot))
+    p, alpha, m_i, l_i = _scores_to_probs(s, m_i, l_i, j * block_n, unmasked_end, rows, mask_base, S, SK,
+                                          scale_log2, sm_s, sm_k, HAS_MASK, CAUSAL, EDGE, col_layout)
+    acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
+    mbarrier.arrive(v_free.index(prev))
+    return acc, p, alpha, m_i, l_i, turn_count + 1
 
 
 @gluon.jit
@@ -222,6 +261,7 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
     my_turn = turns.index(which)
     their_turn = turns.index(1 - which)
     s_zero = gl.zeros([block_m, block_n], gl.float32, layout=s_layout)
+    edges: gl.constexpr = CAUSAL or not EVEN_KEYS  # whether any key block can meet a mask's edge
     n_row_blocks, units = _unit_count(BH, S, block_m, CAUSAL)
     kv_count = 0
     tile_count = 0
@@ -253,27 +293,21 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
             mbarrier.arrive(k_free.index(slot))
             p, alpha, m_i, l_i = _scores_to_probs(s, m_i, l_i, 0, unmasked_end, rows, mask_base, S, SK, scale_log2,
-                                                  sm_s, sm_k, HAS_MASK, CAUSAL, EVEN_KEYS, col_layout)
-            for j in range(1, n_blocks):
-                ring = kv_count + j
-                slot = ring % stages
-                prev = (ring - 1) % stages
-                mbarrier.wait(k_bars.index(slot), (ring // stages) & 1)
-                mbarrier.wait(v_bars.index(prev), ((ring - 1) // stages) & 1)
-                acc = acc * gl.convert_layout(alpha, o_row_layout)[:, None]
-                p_op = gl.convert_layout(p.to(dtype), p_layout)
-                mbarrier.wait(my_turn, turn_count & 1)
-                s = warpgroup_mma(q, k_smem.index(slot).reshape([block_n, block_d]).permute((1, 0)), s_zero,
-                                  use_acc=False, is_async=True)
-                acc = warpgroup_mma(p_op, v_smem.index(prev).reshape([block_n, block_d]), acc, is_async=True)
-                mbarrier.arrive(their_turn)
-                turn_count += 1
-                s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # the scores are done; p v may still run
-                mbarrier.arrive(k_free.index(slot))
-                p, alpha, m_i, l_i = _scores_to_probs(s, m_i, l_i, j * block_n, unmasked_end, rows, mask_base, S, SK,
-                                                      scale_log2, sm_s, sm_k, HAS_MASK, CAUSAL, EVEN_KEYS, col_layout)
-                acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
-                mbarrier.arrive(v_free.index(prev))
+                                                  sm_s, sm_k, HAS_MASK, CAUSAL, edges, col_layout)
+            carry = (acc, p, alpha, m_i, l_i, turn_count)
+            kv_ring = (k_smem, v_smem, k_bars, v_bars, k_free, v_free, kv_count)
+            masks = (unmasked_end, rows, mask_base, S, SK, scale_log2, sm_s, sm_k)
+            # the blocks before the first one a mask edge can reach, in a loop compiled without the
+            # masks; then the rest, with them
+            edge_start = gl.minimum(n_blocks, gl.maximum(unmasked_end // block_n, 1))
+            for j in range(1, edge_start):
+                carry = _key_step(j, carry, q, s_zero, kv_ring, (my_turn, their_turn), masks, HAS_MASK, CAUSAL,
+                                  False)
+            if edges:
+                for j in range(edge_start, n_blocks):
+                    carry = _key_step(j, carry, q, s_zero, kv_ring, (my_turn, their_turn), masks, HAS_MASK, CAUSAL,
+                                      True)
+            acc, p, alpha, m_i, l_i, turn_count = carry
             # the tile's last turn: p v of its last block
             ring = kv_count + n_blocks - 1
             mbarrier.wait(v_bars.index(ring % stages), (ring // stages) & 1)
