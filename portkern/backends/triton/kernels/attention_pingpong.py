@@ -9,9 +9,9 @@ the other's products run. One producer warp fills double-buffered Q tiles and a 
 setmaxnreg gives the consumers its registers. A key block is released once its scores are done,
 its values once p v is (FA3's order: 10% on the causal shape). PERSISTENT runs one program per SM
 over units of tiles, so the next tile's loads run under this one's products; under a causal mask a
-unit is row block r's tile and its mirror's (n-1-r), equal work for the static schedule. A
-consumer's key blocks run in two loops: those no mask edge reaches (compiled without the masks),
-then the causal diagonal or a partial last block.
+unit is row block r's tile and its mirror's (n-1-r), equal work for the static schedule. Without
+an additive mask, a consumer's key blocks run in two loops: those no mask edge reaches (compiled
+without the masks), then the causal diagonal or a partial last block.
 H100 (benchmarks/results/h100-attention-pingpong-2026-12-06.log, CUDA graphs, before the key loops
 were split): 0.99x SDPA on the causal shape, 0.92-0.93x on b32 h12 s128 and b8 h12 s512 d64, where
 attention_flash stays ahead.
@@ -298,16 +298,23 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
             carry = (acc, p, alpha, m_i, l_i, turn_count)
             kv_ring = (k_smem, v_smem, k_bars, v_bars, k_free, v_free, kv_count)
             masks = (unmasked_end, rows, mask_base, S, SK, scale_log2, sm_s, sm_k)
-            # the blocks before the first one a mask edge can reach, in a loop compiled without the
-            # masks; then the rest, with them
-            edge_start = gl.minimum(n_blocks, gl.maximum(unmasked_end // block_n, 1))
-            for j in range(1, edge_start):
-                carry = _key_step(j, carry, q, s_zero, kv_ring, (my_turn, their_turn), masks, HAS_MASK, CAUSAL,
-                                  False)
-            if edges:
-                for j in range(edge_start, n_blocks):
-                    carry = _key_step(j, carry, q, s_zero, kv_ring, (my_turn, their_turn), masks, HAS_MASK, CAUSAL,
-                                      True)
+            if edges and HAS_MASK:
+                # one loop, each block checked at run time: two copies of a step that adds a mask
+                # spill ~100 accesses into each loop at BLOCK_N 128 (sm_90 build)
+                for j in range(1, n_blocks):
+                    carry = _key_step(j, carry, q, s_zero, kv_ring, (my_turn, their_turn), masks, HAS_MASK,
+                                      CAUSAL, True)
+            else:
+                # the blocks before the first one a mask edge can reach, in a loop compiled without
+                # the masks; then the rest, with them
+                edge_start = gl.minimum(n_blocks, gl.maximum(unmasked_end // block_n, 1))
+                for j in range(1, edge_start):
+                    carry = _key_step(j, carry, q, s_zero, kv_ring, (my_turn, their_turn), masks, HAS_MASK,
+                                      CAUSAL, False)
+                if edges:
+                    for j in range(edge_start, n_blocks):
+                        carry = _key_step(j, carry, q, s_zero, kv_ring, (my_turn, their_turn), masks, HAS_MASK,
+                                          CAUSAL, True)
             acc, p, alpha, m_i, l_i, turn_count = carry
             # the tile's last turn: p v of its last block
             ring = kv_count + n_blocks - 1
