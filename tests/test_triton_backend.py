@@ -475,7 +475,7 @@ def test_attention_pingpong_spares_whole_key_blocks_their_selects() -> None:
     def selects(task: Task) -> list[int]:
         """FSEL in each consumer's key loops, in code order (two consumers)."""
         kernel = compile_for(Candidate.of(variant, variant.default), task, "sm_90")["kernels"][0]
-        return [sum(op.startswith("FSEL") for op in body) for body in mix.hgmma_loops(mix.sass(kernel["asm"]["cubin"]))]
+        return mix.hot_loop_ops(kernel["asm"]["cubin"], ("FSEL",))
 
     assert selects(synthetic.attention_task(2, 4, 256, 64, "float16")) == [0, 0]
     for edged in (synthetic.attention_task(2, 4, 300, 64, "float16"),

@@ -96,10 +96,15 @@ def hgmma_loops(instructions: list[tuple[int, str, bool]]) -> list[list[str]]:
     return [body for body in bodies if any(t.startswith("HGMMA") for t in body)]
 
 
+def hot_loop_ops(cubin: bytes, opcodes: tuple[str, ...]) -> list[int]:
+    """Instructions of these opcodes in each innermost loop that issues HGMMA, in code order."""
+    return [sum(op.startswith(opcodes) for op in body) for body in hgmma_loops(sass(cubin))]
+
+
 def hot_loop_spill_ops(cubin: bytes) -> list[int]:
     """Spill loads and stores (STL/LDL) in each innermost loop that issues HGMMA: a spill there is
     paid every step, one outside (an epilogue) once."""
-    return [sum(op.startswith(("STL", "LDL")) for op in body) for body in hgmma_loops(sass(cubin))]
+    return hot_loop_ops(cubin, ("STL", "LDL"))
 
 
 def programs_per_sm(kernel: dict[str, Any], limits: dict[str, float]) -> int:
