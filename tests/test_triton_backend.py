@@ -359,20 +359,23 @@ def test_grid_benchmark_parses_and_plans_without_a_gpu(capsys: pytest.CaptureFix
 
 def test_variant_ab_gates_and_times_both_versions_of_a_kernel(tmp_path: Path) -> None:
     """variant_ab.py judges a kernel change: the library's kernel and another text of it (an earlier
-    commit's) each pass the verification gate before either is timed; a version that computes
-    wrong values is reported as such, with no time."""
+    commit's, or an experiment's file in place of the library's) each pass the verification gate
+    before either is timed; a version that computes wrong values is reported as such, with no time."""
     ab = _ops_script("variant_ab")
     library = next(v for v in builtin_variants() if v.name == "softmax_online")
     text = (Path(__file__).resolve().parents[1] / "portkern/backends/triton/kernels/softmax_online.py").read_text()
     assert builtin_variant("softmax_online", text).source == library.source
-    for base_text, status in ((text, "ok"), (text.replace("* inv_sum", "* inv_sum * 0.5"), "wrong")):
-        base, out = tmp_path / "base.py", tmp_path / "ab.json"
-        base.write_text(base_text)
-        assert ab.main(["--variant", "softmax_online", "--base", str(base), "--suite", "memory", "--smoke",
+    correct, wrong, out = tmp_path / "correct.py", tmp_path / "wrong.py", tmp_path / "ab.json"
+    correct.write_text(text)
+    wrong.write_text(text.replace("* inv_sum", "* inv_sum * 0.5"))
+    for versions, statuses in ((["--base", correct], ("ok", "ok")), (["--base", wrong], ("wrong", "ok")),
+                               (["--base", correct, "--new", wrong], ("ok", "wrong"))):
+        assert ab.main(["--variant", "softmax_online", *map(str, versions), "--suite", "memory", "--smoke",
                         "--filter", "softmax", "--out", str(out)]) == 0
         row = json.loads(out.read_text())["rows"][0]
-        assert row["new"]["status"] == "ok" and len(row["new"]["harness"]) == 2
-        assert row["base"]["status"] == status and ("new_vs_base" in row) == (status == "ok")
+        assert (row["base"]["status"], row["new"]["status"]) == statuses
+        assert ("new_vs_base" in row) == (statuses == ("ok", "ok"))
+        assert all(len(row[label]["harness"]) == 2 for label in ("base", "new") if row[label]["status"] == "ok")
 
 
 def test_sass_loop_model_finds_attentions_key_loops() -> None:

@@ -1,6 +1,6 @@
-"""A/B of one built-in kernel: the library's version against another (a file: an earlier commit's,
-`git show REV:portkern/backends/triton/kernels/NAME.py`), in one process on one GPU, so a change to
-a kernel is judged by a measured ratio, not by two runs on two machines.
+"""A/B of one built-in kernel: the library's version (or an experiment's file, --new) against another
+(a file: an earlier commit's, `git show REV:portkern/backends/triton/kernels/NAME.py`), in one process
+on one GPU, so a change to a kernel is judged by a measured ratio, not by two runs on two machines.
 
 For every case of the chosen bench_ops suites and every config, both versions pass the verification
 gate, then each is timed in turn twice (A B B A, so drift and position cancel) by portkern's harness (device time
@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variant", required=True, help="a built-in kernel's name (kernels/NAME.py)")
     parser.add_argument("--base", type=Path, required=True, help="the other version's kernel file")
+    parser.add_argument("--new", type=Path, help="the version to judge, if not the library's")
     parser.add_argument("--suite", default="attention", help="bench_ops suites, comma-separated")
     parser.add_argument("--filter", default="", help="only cases whose name contains this")
     parser.add_argument("--configs", default="[{}]", help="JSON list of configs, each over the variant's DEFAULT")
@@ -74,9 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     measure = MeasureOptions(warmup=5, repeats=50, input_sets=3) if not args.smoke else MeasureOptions(1, 3, 3)
     target = load_target(args.target)
     backend = get_backend(target)
-    new = next((v for v in builtin_variants() if v.name == args.variant), None)
-    if new is None:
+    library = next((v for v in builtin_variants() if v.name == args.variant), None)
+    if library is None:
         parser.error(f"no built-in kernel named '{args.variant}'")
+    new = builtin_variant(args.variant, args.new.read_text()) if args.new else library
     versions = {"base": builtin_variant(args.variant, args.base.read_text()), "new": new}
     rows = []
     for suite in args.suite.split(","):
@@ -109,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
                                           for kind in ("harness", "graph") if runs["new"][kind]}
                 print(json.dumps(row), flush=True)
                 rows.append(row)
-    write_record(args.out, f"A/B of {args.variant}: {args.base} (base) vs the library's (new)", rows)
+    new_name = args.new or "the library's"
+    write_record(args.out, f"A/B of {args.variant}: {args.base} (base) vs {new_name} (new)", rows)
     return 0
 
 
