@@ -17,6 +17,7 @@ causal shape, 0.92-0.93x on b32 h12 s128 and b8 h12 s512 d64, where attention_fl
 split key loops ran 0.95-1.00x that on the unmasked shapes and 1.14x on BERT's masked attention
 (h100-attention-pingpong-key-loop-split-ab-2026-12-06.log). In SASS ptxas waits for a turn's p v
 before its softmax's exponentials: forcing the overlap back measured 0.97-1.00x (-softmax-beside-pv-).
+The output is stored 16 bytes a thread (cross-compiled since, not yet run on a GPU).
 
 fp16/bf16, head dim up to 128, sm_90 (wgmma, TMA, setmaxnreg); causal is bottom-right; an additive
 mask (broadcast through zero strides) is read a key block at a time; q, k and v come through TMA,
@@ -77,10 +78,11 @@ def constraints(task, config, target):
 
 
 def shared_memory(task, config):
-    """Two Q buffers of both consumers' rows and the K/V ring, 2-byte elements (constraints), and
-    the mbarriers with the compiler's padding (392-408 B in every sm_90 build of the space)."""
+    """Two Q buffers of both consumers' rows, the K/V ring and each consumer's output tile on its way
+    to a coalesced store, 2-byte elements (constraints), and the mbarriers with the compiler's
+    padding (392-408 B in every sm_90 build of the space)."""
     block_d = _block_d(_logical(task, 0)[-1])
-    return 2 * block_d * (4 * _CONSUMER_ROWS + 2 * config["STAGES"] * config["BLOCK_N"]) + _BARRIER_BYTES
+    return 2 * block_d * (6 * _CONSUMER_ROWS + 2 * config["STAGES"] * config["BLOCK_N"]) + _BARRIER_BYTES
 
 
 @gluon.jit
@@ -261,6 +263,8 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
     o_row_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
+    row_threads: gl.constexpr = 32 // (block_d // 8)  # a row's block_d / 8 threads, 8 elements each
+    store_layout: gl.constexpr = gl.BlockedLayout([1, 8], [row_threads, 32 // row_threads], [4, 1], [1, 0])
     my_turn = turns.index(which)
     their_turn = turns.index(1 - which)
     s_zero = gl.zeros([block_m, block_n], gl.float32, layout=s_layout)
@@ -330,11 +334,15 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
             acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
             mbarrier.arrive(v_free.index(ring % stages))
             mbarrier.arrive(q_free.index(buf))
-            out = acc / gl.convert_layout(l_i, o_row_layout)[:, None]
-            out_rows = first_row + gl.arange(0, block_m, layout=o_row_layout)
-            dims = gl.arange(0, block_d, layout=gl.SliceLayout(0, o_layout))
+            out = (acc / gl.convert_layout(l_i, o_row_layout)[:, None]).to(o_ptr.dtype.element_ty)
+            # stored from a layout that gives each thread 16 contiguous bytes: from the accumulator's,
+            # each thread's 4 bytes left every 32-byte sector written in two halves (Nsight Compute:
+            # twice the output's sectors into L2, h100-ncu-attention-memory-2026-12-06.txt)
+            out = gl.convert_layout(out, store_layout)
+            out_rows = first_row + gl.arange(0, block_m, layout=gl.SliceLayout(1, store_layout))
+            dims = gl.arange(0, block_d, layout=gl.SliceLayout(0, store_layout))
             gl.store(o_ptr + b.to(gl.int64) * so_b + h * so_h + out_rows[:, None] * so_s + dims[None, :],
-                     out.to(o_ptr.dtype.element_ty), mask=(out_rows[:, None] < S) & (dims[None, :] < D))
+                     out, mask=(out_rows[:, None] < S) & (dims[None, :] < D))
             kv_count += n_blocks
             tile_count += 1
 
