@@ -432,12 +432,13 @@ def _wait_groups(kernel: dict[str, Any]) -> set[str]:
 def test_attention_pingpong_runs_two_consumers_and_a_producer_within_its_estimate() -> None:
     """attention_pingpong (Gluon) builds for sm_90 in 12 warps (two consumer warpgroups and a
     producer warp), each consumer waiting with p v still in flight while it runs its softmax, its
-    output stored 16 bytes a thread, in no more shared memory than it declares (the backend refuses configs by that estimate); without
-    a mask its key loops touch no local memory (its default spills a few registers outside them;
-    with a mask, two spill accesses a loop). It serves BERT's exports (K^T a view of (B, S, H, D)
+    output stored 16 bytes a thread, in no more shared memory than it declares (the backend
+    refuses configs by that estimate); without a mask its key loops touch no local memory (its
+    default spills a few registers outside them; with a mask, two spill accesses a loop). It serves BERT's exports (K^T a view of (B, S, H, D)
     rows, heads packed, a mask) and refuses what it cannot, and without a GPU it is cross-compiled,
     never run."""
     backend = BACKENDS["sm_90"]
+    mix = _ops_script("sass_loop_mix")
     masked = synthetic.attention_task(2, 3, 300, 64, "float16", seq_kv=333, causal=True, mask=True)
     variant = next(v for v in backend.variants(masked, runnable_here=False) if v.name == "attention_pingpong")
     module = kernel_module(variant, interpret=False)
@@ -449,12 +450,13 @@ def test_attention_pingpong_runs_two_consumers_and_a_producer_within_its_estimat
         assert _wait_groups(kernel) == {"0", "1"} and kernel["num_warps"] == 12
         assert kernel["shared"] <= module.shared_memory(task, config)
         # the output leaves in 16-byte stores (from the accumulator's layout each sector took two)
-        assert {op.split()[0] for _, op, _ in _ops_script("sass_loop_mix").sass(kernel["asm"]["cubin"])
+        assert {op.split()[0] for _, op, _ in mix.sass(kernel["asm"]["cubin"])
                 if op.startswith("STG")} == {"STG.E.128"}
+        spills_in_loops = _local_memory_in_hot_loops(kernel)
         if task is plain:  # each consumer's two key loops: whole blocks, then the causal edge
-            assert kernel["n_spills"] > 0 and _local_memory_in_hot_loops(kernel) == [0, 0, 0, 0]
+            assert kernel["n_spills"] > 0 and spills_in_loops == [0, 0, 0, 0]
         if task is masked:  # one key loop a consumer: a second copy of the masked step spilled ~100
-            assert len(_local_memory_in_hot_loops(kernel)) == 2 and max(_local_memory_in_hot_loops(kernel)) <= 2
+            assert len(spills_in_loops) == 2 and max(spills_in_loops) <= 2
     target = BACKENDS["sm_90"].target
     assert module.constraints(bert, variant.default, target) is None
     refused = {name: module.constraints(other, variant.default, target) for name, other in {
