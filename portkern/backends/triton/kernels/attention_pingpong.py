@@ -112,16 +112,6 @@ def _tile_origin(unit, t, n_row_blocks, H, tile_rows: gl.constexpr, PAIRED: gl.c
 
 
 @gluon.jit
-def _unit_count(BH, S, block_m: gl.constexpr, CAUSAL: gl.constexpr):
-    """A head's row blocks (tiles of two consumers' rows) and the launch's units of work."""
-    n_row_blocks = gl.cdiv(S, 2 * block_m)
-    units = BH * n_row_blocks
-    if CAUSAL:
-        units = BH * ((n_row_blocks + 1) // 2)
-    return n_row_blocks, units
-
-
-@gluon.jit
 def _key_blocks(q0, tile_rows, S, SK, block_n: gl.constexpr, CAUSAL: gl.constexpr):
     """How many key blocks the tile of query rows [q0, q0 + tile_rows) reads (at least one)."""
     key_end = SK
@@ -206,11 +196,10 @@ def _pingpong_producer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
     q_desc, k_desc, v_desc = descs
     q_bars, q_free, k_bars, v_bars, k_free, v_free, turns = bars
     q_smem, k_smem, v_smem = buffers
-    BH, H, S, SK = params[2], params[3], params[4], params[5]
+    n_row_blocks, units, H, S, SK = params[2], params[3], params[4], params[5], params[6]
     block_m: gl.constexpr = q_desc.block_type.shape[2]
     block_n: gl.constexpr = k_desc.block_type.shape[2]
     stages: gl.constexpr = k_smem.type.shape[0]
-    n_row_blocks, units = _unit_count(BH, S, block_m, CAUSAL)
     kv_count = 0
     tile_count = 0
     for unit in range(gl.program_id(0), units, gl.num_programs(0)):
@@ -249,7 +238,7 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
     q_desc, k_desc, v_desc = descs
     q_bars, q_free, k_bars, v_bars, k_free, v_free, turns = bars
     q_smem, k_smem, v_smem = buffers
-    o_ptr, m_ptr, BH, H, S, SK, D, scale_log2, sm_b, sm_h, sm_s, sm_k, so_b, so_h, so_s = params
+    o_ptr, m_ptr, n_row_blocks, units, H, S, SK, D, scale_log2, sm_b, sm_h, sm_s, sm_k, so_b, so_h, so_s = params
     dtype: gl.constexpr = q_desc.dtype
     block_m: gl.constexpr = q_desc.block_type.shape[2]
     block_n: gl.constexpr = k_desc.block_type.shape[2]
@@ -269,7 +258,6 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
     their_turn = turns.index(1 - which)
     s_zero = gl.zeros([block_m, block_n], gl.float32, layout=s_layout)
     edges: gl.constexpr = CAUSAL or not EVEN_KEYS  # whether any key block can meet a mask's edge
-    n_row_blocks, units = _unit_count(BH, S, block_m, CAUSAL)
     kv_count = 0
     tile_count = 0
     turn_count = 0
@@ -348,11 +336,12 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
 
 
 @gluon.jit
-def _attention_pingpong(q_desc, k_desc, v_desc, o_ptr, m_ptr, BH, H, S, SK, D, scale_log2, sm_b, sm_h, sm_s, sm_k,
-                        so_b, so_h, so_s, STAGES: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK: gl.constexpr,
-                        EVEN_KEYS: gl.constexpr, CONSUMER_REGISTERS: gl.constexpr):
-    """Programs from program_id by num_programs over the units of tiles (_tiles_in_unit): two
-    consumer warpgroups and a producer warp each (warp specialization)."""
+def _attention_pingpong(q_desc, k_desc, v_desc, o_ptr, m_ptr, n_row_blocks, units, H, S, SK, D, scale_log2,
+                        sm_b, sm_h, sm_s, sm_k, so_b, so_h, so_s, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                        HAS_MASK: gl.constexpr, EVEN_KEYS: gl.constexpr, CONSUMER_REGISTERS: gl.constexpr):
+    """Programs from program_id by num_programs over the units of tiles (_tiles_in_unit; a head's
+    n_row_blocks tiles of two consumers' rows, units in all): two consumer warpgroups and a
+    producer warp each (warp specialization)."""
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [4] + q_desc.block_type.shape, q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
@@ -377,7 +366,7 @@ def _attention_pingpong(q_desc, k_desc, v_desc, o_ptr, m_ptr, BH, H, S, SK, D, s
 
     args = ((q_desc, k_desc, v_desc), (q_bars, q_free, k_bars, v_bars, k_free, v_free, turns),
             (q_smem, k_smem, v_smem),
-            (o_ptr, m_ptr, BH, H, S, SK, D, scale_log2, sm_b, sm_h, sm_s, sm_k, so_b, so_h, so_s))
+            (o_ptr, m_ptr, n_row_blocks, units, H, S, SK, D, scale_log2, sm_b, sm_h, sm_s, sm_k, so_b, so_h, so_s))
     gl.warp_specialize([(_pingpong_consumer, (args, 0, CAUSAL, HAS_MASK, EVEN_KEYS)),
                         (_pingpong_consumer, (args, 1, CAUSAL, HAS_MASK, EVEN_KEYS)),
                         (_pingpong_producer, (args, 0, CAUSAL, HAS_MASK))], [4, 1], [CONSUMER_REGISTERS, 24])
@@ -392,9 +381,9 @@ def launch(task, config, inputs, outputs):
                               for t, rows in ((q, _CONSUMER_ROWS), (k, block_n), (v, block_n)))
     row_blocks = triton.cdiv(p.seq, 2 * _CONSUMER_ROWS)
     causal = p.flags["CAUSAL"]
-    units = p.batch * p.heads * ((row_blocks + 1) // 2 if causal else row_blocks)
+    units = p.batch * p.heads * ((row_blocks + 1) // 2 if causal else row_blocks)  # pairs (_tiles_in_unit)
     grid = (min(units, _core_count(p.out, units)) if config["PERSISTENT"] else units,)
-    _attention_pingpong[grid](q_desc, k_desc, v_desc, p.out, p.mask, p.batch * p.heads, p.heads, p.seq, p.seq_kv,
+    _attention_pingpong[grid](q_desc, k_desc, v_desc, p.out, p.mask, row_blocks, units, p.heads, p.seq, p.seq_kv,
                               p.head_dim, p.scale_log2, *p.strides[12:], *p.out.stride()[:3], STAGES=config["STAGES"],
                               CAUSAL=causal, HAS_MASK=p.has_mask, EVEN_KEYS=p.seq_kv % block_n == 0,
                               CONSUMER_REGISTERS=_CONSUMER_REGISTERS,
