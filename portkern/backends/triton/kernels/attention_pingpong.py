@@ -12,19 +12,20 @@ over units of tiles, so the next tile's loads run under this one's products; und
 unit is row block r's tile and its mirror's (n-1-r), equal work for the static schedule. Without
 an additive mask, a consumer's key blocks run in two loops: those no mask edge reaches (compiled
 without the masks), then the causal diagonal or a partial last block.
-H100 (benchmarks/results/h100-attention-pingpong-2026-12-06.log, CUDA graphs): 0.99x SDPA on the
-causal shape, 0.92-0.93x on b32 h12 s128 and b8 h12 s512 d64, where attention_flash stays ahead. The
-split key loops ran 0.95-1.00x that on the unmasked shapes and 1.14x on BERT's masked attention
-(h100-attention-pingpong-key-loop-split-ab-2026-12-06.log). In SASS ptxas waits for a turn's p v
-before its softmax's exponentials: forcing the overlap back measured 0.97-1.00x (-softmax-beside-pv-).
-The output is stored 16 bytes a thread (cross-compiled since, not yet run on a GPU).
+Each consumer stages its output tile in shared memory and stores it by TMA while its next tile
+runs. Stored from the wgmma layout (4 bytes a thread, every 32-byte sector in two halves) it had
+cost 1.46x on b32 h12 s128 d64, 1.18x on b8 h12 s512 d64 (CUDA graphs, H100,
+benchmarks/results/h100-attention-pingpong-store-16b-ab-2026-12-06.log), more than any key-loop
+change. The attention suite through the search on an H100 (h100-ops-attention-tma-store-2026-12-06):
+0.99x, 0.96x and 1.10x SDPA on those two and causal b4 h32 s2048 d128. In SASS ptxas waits for a
+turn's p v before its softmax's exponentials: forcing the overlap back measured 0.97-1.00x.
 
 fp16/bf16, head dim up to 128, sm_90 (wgmma, TMA, setmaxnreg); causal is bottom-right; an additive
 mask (broadcast through zero strides) is read a key block at a time; q, k and v come through TMA,
 zero-filled past every edge: each one's head dim must be its buffer's last axis, rows 16-byte
 aligned (K^T as BERT's exports give it, a view of (B, S, H, D) rows, is read as those rows; a K^T
-stored d x s is refused). The output's head dim must be contiguous too. Gluon kernels cannot run
-in the Triton interpreter: without a GPU this variant is cross-compiled, not run.
+stored d x s is refused). The output leaves by TMA too: its head dim must be contiguous. Gluon
+kernels cannot run in the Triton interpreter: without a GPU this variant is cross-compiled, not run.
 """
 import math
 
@@ -32,7 +33,8 @@ import triton
 import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                              warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
 
 KIND = "attention"
@@ -78,9 +80,9 @@ def constraints(task, config, target):
 
 
 def shared_memory(task, config):
-    """Two Q buffers of both consumers' rows, the K/V ring and each consumer's output tile on its way
-    to a coalesced store, 2-byte elements (constraints), and the mbarriers with the compiler's
-    padding (392-408 B in every sm_90 build of the space)."""
+    """Two Q buffers of both consumers' rows, the K/V ring and each consumer's output tile staged for
+    its TMA store, 2-byte elements (constraints), and the mbarriers with the compiler's padding
+    (392-408 B in every sm_90 build of the space)."""
     block_d = _block_d(_logical(task, 0)[-1])
     return 2 * block_d * (6 * _CONSUMER_ROWS + 2 * config["STAGES"] * config["BLOCK_N"]) + _BARRIER_BYTES
 
@@ -193,10 +195,10 @@ def _pingpong_producer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
     (two: the next tile's are in place while this one runs), then each key block's K and V into
     the ring, a slot's K (V) refilled once both consumers have released that K (V)."""
     descs, bars, buffers, params = args  # one level at a time: Triton's cache key cannot read nested targets
-    q_desc, k_desc, v_desc = descs
+    q_desc, k_desc, v_desc, o_desc = descs
     q_bars, q_free, k_bars, v_bars, k_free, v_free, turns = bars
-    q_smem, k_smem, v_smem = buffers
-    n_row_blocks, units, H, S, SK = params[2], params[3], params[4], params[5], params[6]
+    q_smem, k_smem, v_smem, o_smem = buffers
+    n_row_blocks, units, H, S, SK = params[1], params[2], params[3], params[4], params[5]
     block_m: gl.constexpr = q_desc.block_type.shape[2]
     block_n: gl.constexpr = k_desc.block_type.shape[2]
     stages: gl.constexpr = k_smem.type.shape[0]
@@ -235,10 +237,10 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
     a key block and p v of the block before, passes the turn, and runs its softmax while the
     other consumer's products run."""
     descs, bars, buffers, params = args
-    q_desc, k_desc, v_desc = descs
+    q_desc, k_desc, v_desc, o_desc = descs
     q_bars, q_free, k_bars, v_bars, k_free, v_free, turns = bars
-    q_smem, k_smem, v_smem = buffers
-    o_ptr, m_ptr, n_row_blocks, units, H, S, SK, D, scale_log2, sm_b, sm_h, sm_s, sm_k, so_b, so_h, so_s = params
+    q_smem, k_smem, v_smem, o_smem = buffers
+    m_ptr, n_row_blocks, units, H, S, SK, scale_log2, sm_b, sm_h, sm_s, sm_k = params
     dtype: gl.constexpr = q_desc.dtype
     block_m: gl.constexpr = q_desc.block_type.shape[2]
     block_n: gl.constexpr = k_desc.block_type.shape[2]
@@ -252,8 +254,6 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
     o_row_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
-    row_threads: gl.constexpr = 32 // (block_d // 8)  # a row's block_d / 8 threads, 8 elements each
-    store_layout: gl.constexpr = gl.BlockedLayout([1, 8], [row_threads, 32 // row_threads], [4, 1], [1, 0])
     my_turn = turns.index(which)
     their_turn = turns.index(1 - which)
     s_zero = gl.zeros([block_m, block_n], gl.float32, layout=s_layout)
@@ -322,22 +322,22 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
             acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
             mbarrier.arrive(v_free.index(ring % stages))
             mbarrier.arrive(q_free.index(buf))
-            out = (acc / gl.convert_layout(l_i, o_row_layout)[:, None]).to(o_ptr.dtype.element_ty)
-            # stored from a layout that gives each thread 16 contiguous bytes: from the accumulator's,
-            # each thread's 4 bytes left every 32-byte sector written in two halves (Nsight Compute:
-            # twice the output's sectors into L2, h100-ncu-attention-memory-2026-12-06.txt)
-            out = gl.convert_layout(out, store_layout)
-            out_rows = first_row + gl.arange(0, block_m, layout=gl.SliceLayout(1, store_layout))
-            dims = gl.arange(0, block_d, layout=gl.SliceLayout(0, store_layout))
-            gl.store(o_ptr + b.to(gl.int64) * so_b + h * so_h + out_rows[:, None] * so_s + dims[None, :],
-                     out, mask=(out_rows[:, None] < S) & (dims[None, :] < D))
+            out = (acc / gl.convert_layout(l_i, o_row_layout)[:, None]).to(dtype)
+            # through shared memory by TMA (clipped at the sequence's and the head dim's ends), while
+            # the next tile runs: its store has read this consumer's staging tile of the last one
+            tma.store_wait(0)
+            o_tile = o_smem.index(which)
+            o_tile.reshape([block_m, block_d]).store(out)
+            fence_async_shared()
+            tma.async_copy_shared_to_global(o_desc, [b, h, first_row, 0], o_tile)
             kv_count += n_blocks
             tile_count += 1
+    tma.store_wait(0)
 
 
 @gluon.jit
-def _attention_pingpong(q_desc, k_desc, v_desc, o_ptr, m_ptr, n_row_blocks, units, H, S, SK, D, scale_log2,
-                        sm_b, sm_h, sm_s, sm_k, so_b, so_h, so_s, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+def _attention_pingpong(q_desc, k_desc, v_desc, o_desc, m_ptr, n_row_blocks, units, H, S, SK, scale_log2,
+                        sm_b, sm_h, sm_s, sm_k, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                         HAS_MASK: gl.constexpr, EVEN_KEYS: gl.constexpr, CONSUMER_REGISTERS: gl.constexpr):
     """Programs from program_id by num_programs over the units of tiles (_tiles_in_unit; a head's
     n_row_blocks tiles of two consumers' rows, units in all): two consumer warpgroups and a
@@ -346,6 +346,7 @@ def _attention_pingpong(q_desc, k_desc, v_desc, o_ptr, m_ptr, n_row_blocks, unit
     q_smem = gl.allocate_shared_memory(dtype, [4] + q_desc.block_type.shape, q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
+    o_smem = gl.allocate_shared_memory(dtype, [2] + o_desc.block_type.shape, o_desc.layout)
     q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     q_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     k_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -364,9 +365,8 @@ def _attention_pingpong(q_desc, k_desc, v_desc, o_ptr, m_ptr, n_row_blocks, unit
         mbarrier.init(v_free.index(i), count=2)
     mbarrier.arrive(turns.index(0))  # consumer 0 goes first
 
-    args = ((q_desc, k_desc, v_desc), (q_bars, q_free, k_bars, v_bars, k_free, v_free, turns),
-            (q_smem, k_smem, v_smem),
-            (o_ptr, m_ptr, n_row_blocks, units, H, S, SK, D, scale_log2, sm_b, sm_h, sm_s, sm_k, so_b, so_h, so_s))
+    args = ((q_desc, k_desc, v_desc, o_desc), (q_bars, q_free, k_bars, v_bars, k_free, v_free, turns),
+            (q_smem, k_smem, v_smem, o_smem), (m_ptr, n_row_blocks, units, H, S, SK, scale_log2, sm_b, sm_h, sm_s, sm_k))
     gl.warp_specialize([(_pingpong_consumer, (args, 0, CAUSAL, HAS_MASK, EVEN_KEYS)),
                         (_pingpong_consumer, (args, 1, CAUSAL, HAS_MASK, EVEN_KEYS)),
                         (_pingpong_producer, (args, 0, CAUSAL, HAS_MASK))], [4, 1], [CONSUMER_REGISTERS, 24])
@@ -377,14 +377,14 @@ def launch(task, config, inputs, outputs):
     block_d, block_n, dtype = p.flags["BLOCK_D"], config["BLOCK_N"], task.dtype
     q, k_t, v = p.tensors[:3]
     k = k_t.transpose(2, 3) if p.k_transposed else k_t  # (B, H, S, D) rows, d contiguous (constraints)
-    q_desc, k_desc, v_desc = (_descriptor(t, t.shape, t.stride(), [1, 1, rows, block_d], dtype)
-                              for t, rows in ((q, _CONSUMER_ROWS), (k, block_n), (v, block_n)))
+    q_desc, k_desc, v_desc, o_desc = (_descriptor(t, t.shape, t.stride(), [1, 1, rows, block_d], dtype) for t, rows
+                                      in ((q, _CONSUMER_ROWS), (k, block_n), (v, block_n), (p.out, _CONSUMER_ROWS)))
     row_blocks = triton.cdiv(p.seq, 2 * _CONSUMER_ROWS)
     causal = p.flags["CAUSAL"]
     units = p.batch * p.heads * ((row_blocks + 1) // 2 if causal else row_blocks)  # pairs (_tiles_in_unit)
     grid = (min(units, _core_count(p.out, units)) if config["PERSISTENT"] else units,)
-    _attention_pingpong[grid](q_desc, k_desc, v_desc, p.out, p.mask, row_blocks, units, p.heads, p.seq, p.seq_kv,
-                              p.head_dim, p.scale_log2, *p.strides[12:], *p.out.stride()[:3], STAGES=config["STAGES"],
+    _attention_pingpong[grid](q_desc, k_desc, v_desc, o_desc, p.mask, row_blocks, units, p.heads, p.seq, p.seq_kv,
+                              p.scale_log2, *p.strides[12:], STAGES=config["STAGES"],
                               CAUSAL=causal, HAS_MASK=p.has_mask, EVEN_KEYS=p.seq_kv % block_n == 0,
                               CONSUMER_REGISTERS=_CONSUMER_REGISTERS,
                               num_warps=4, maxnreg=_MAX_REGISTERS)
