@@ -165,6 +165,19 @@ def test_constraints_reject_before_building(backend: TvmBackend, monkeypatch: py
             backend.compile(candidate, task)
 
 
+def test_row_reductions_refuse_rows_their_lanes_do_not_split(backend: TvmBackend) -> None:
+    """lane_reduce keeps vector_lanes partials while walking a row (or a pooled plane): a length
+    that does not split into them is refused, and the same config without it is not."""
+    for task, length in ((synthetic.layernorm_task(3, 37), "row length 37"),
+                         (synthetic.softmax_task(3, 37), "row length 37"),
+                         (synthetic.pool_task(1, 3, 7, 7, "global_avg"), "plane size 49")):
+        variant = only_variant(backend, task)
+        split = {**variant.default, "vector_lanes": 4, "lane_reduce": True}
+        reason = backend.check(Candidate.of(variant, split), task)
+        assert reason and f"lane_reduce needs the {length} divisible by vector_lanes=4" in reason, reason
+        assert backend.check(Candidate.of(variant, {**split, "lane_reduce": False}), task) is None
+
+
 def test_variants_and_identity(backend: TvmBackend) -> None:
     gemm = synthetic.gemm_task(8, 8, 8)
     variant = only_variant(backend, gemm)

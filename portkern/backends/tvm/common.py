@@ -12,6 +12,7 @@ The backend builds `Kernel.module` with LLVM for the host and calls it on buffer
 from __future__ import annotations
 
 import itertools
+import math
 import random
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
@@ -168,6 +169,24 @@ def check_gamma(task: Task) -> str | None:
 def check_lanes(lanes: int, facts: HostFacts) -> str | None:
     if lanes > facts.lanes:
         return f"vector_lanes={lanes} exceeds the host's {facts.lanes} fp32 lanes"
+    return None
+
+
+def row_view(task: Task) -> tuple[int, int]:
+    """(rows, N): a row-wise task's first input as rows of its last axis."""
+    shape = task.inputs[0].shape
+    return math.prod(shape[:-1]), shape[-1]
+
+
+def check_row_lanes(config: Mapping[str, Any], length: int, target: Target, what: str) -> str | None:
+    """A row reduction in vector_lanes-wide host vectors; lane_reduce keeps that many partials while
+    walking a row, so the row's `length` must split into them."""
+    lanes = config["vector_lanes"]
+    reason = check_lanes(lanes, HostFacts.of(target))
+    if reason:
+        return reason
+    if config["lane_reduce"] and length % lanes:
+        return f"lane_reduce needs the {what} {length} divisible by vector_lanes={lanes}"
     return None
 
 

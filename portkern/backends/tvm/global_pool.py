@@ -12,7 +12,7 @@ from tvm import s_tir, te
 
 from ...hwprofile import Target
 from ...tasks import Task
-from .common import HostFacts, Kernel, check_float32, check_lanes, check_space, row_reduce
+from .common import Kernel, check_float32, check_row_lanes, check_space, row_reduce
 
 KIND = "pool"
 PRECISION = "fp32"
@@ -26,19 +26,10 @@ DEFAULT = {"rows_per_task": 16, "vector_lanes": 16, "lane_reduce": True, "parall
 
 
 def constraints(task: Task, config: Mapping[str, Any], target: Target) -> str | None:
-    reason = check_float32(task) or check_space(config, SPACE)
-    if reason:
-        return reason
     if task.attr("op") != "global_avg":
         return f"pool op {task.attr('op')} is not global_avg (windowed pools: tvm_pool)"
-    lanes = config["vector_lanes"]
-    reason = check_lanes(lanes, HostFacts.of(target))
-    if reason:
-        return reason
-    plane = math.prod(task.inputs[0].shape[2:])
-    if config["lane_reduce"] and plane % lanes:
-        return f"lane_reduce needs the plane size {plane} divisible by vector_lanes={lanes}"
-    return None
+    return (check_float32(task) or check_space(config, SPACE)
+            or check_row_lanes(config, math.prod(task.inputs[0].shape[2:]), target, "plane size"))
 
 
 def schedule(task: Task, config: Mapping[str, Any], target: Target) -> Kernel:

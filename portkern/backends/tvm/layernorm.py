@@ -8,7 +8,6 @@ cuda/rmsnorm.py); rmsnorm.py schedules RMSNorm on the CPU with this space and sc
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping
 
 from tvm import s_tir, te
@@ -17,14 +16,14 @@ from ...hwprofile import Target
 from ...tasks import Task
 from .common import (
     Computation,
-    HostFacts,
     Kernel,
     check_float32,
     check_gamma,
-    check_lanes,
+    check_row_lanes,
     check_space,
     inline_elementwise,
     row_reduce,
+    row_view,
     schedule_rows,
 )
 
@@ -39,23 +38,12 @@ SPACE = {
 DEFAULT = {"rows_per_task": 4, "vector_lanes": 16, "lane_reduce": True, "parallel": True}
 
 
-def dims(task: Task) -> tuple[int, int]:
-    shape = task.inputs[0].shape
-    return math.prod(shape[:-1]), shape[-1]
+dims = row_view  # (rows, N), also for the CUDA family's templates
 
 
 def constraints(task: Task, config: Mapping[str, Any], target: Target) -> str | None:
-    reason = check_float32(task) or check_space(config, SPACE) or check_gamma(task)
-    if reason:
-        return reason
-    lanes = config["vector_lanes"]
-    reason = check_lanes(lanes, HostFacts.of(target))
-    if reason:
-        return reason
-    _, n = dims(task)
-    if config["lane_reduce"] and n % lanes:
-        return f"lane_reduce needs the row length {n} divisible by vector_lanes={lanes}"
-    return None
+    return (check_float32(task) or check_space(config, SPACE) or check_gamma(task)
+            or check_row_lanes(config, dims(task)[1], target, "row length"))
 
 
 def computation(task: Task, lanes: int) -> Computation:
