@@ -323,8 +323,8 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
             mbarrier.arrive(v_free.index(ring % stages))
             mbarrier.arrive(q_free.index(buf))
             out = (acc / gl.convert_layout(l_i, o_row_layout)[:, None]).to(dtype)
-            # through shared memory by TMA (clipped at the sequence's and the head dim's ends), while
-            # the next tile runs: its store has read this consumer's staging tile of the last one
+            # stored from shared memory by TMA (clipped at the sequence's and head dim's ends) while
+            # the next tile runs; first, the previous tile's store must have read the staging tile
             tma.store_wait(0)
             o_tile = o_smem.index(which)
             o_tile.reshape([block_m, block_d]).store(out)
