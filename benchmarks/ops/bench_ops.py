@@ -43,6 +43,7 @@ def suites(smoke: bool) -> dict[str, list[tuple[str, Task]]]:
                 "gemv": [("gemv m1 96x80", gemm_task(1, 96, 80, "float16", trans_b=True))],
                 "gemm": [("gemm 70x60x50", gemm_task(70, 60, 50, "float16"))],
                 "attention": [("attn b1h2s32d16", attention_task(1, 2, 32, 16, "float16"))],
+                "attention-parts": [("attn b1h2s32d16 mask", attention_task(1, 2, 32, 16, "float16", mask=True))],
                 "conv": [("conv 3x3 b1 c8 10x10", conv2d_task(1, 8, 10, 10, 16, 3, 3, "float16", pad=1, nhwc=True))],
                 "fp32": [("gemm 40x48x32 fp32", gemm_task(40, 48, 32, "float32", trans_b=True))]}
     memory = [("softmax 16384x4096", softmax_task(16384, 4096, "float16")),
@@ -61,6 +62,13 @@ def suites(smoke: bool) -> dict[str, list[tuple[str, Task]]]:
                  # BERT-base's attention as its ONNX export gives it: heads packed, K^T a view, a mask
                  ("attn bert b32 h12 s128 d64 mask", attention_task(32, 12, 128, 64, "float16", mask=True,
                                                                     k_transposed=True, packed_heads=True))]
+    # BERT's attention taken apart (not in the default suites): which of its export's features costs
+    # a kernel what over the plain b32 h12 s128 d64 case
+    attention_parts = [
+        ("attn b32 h12 s128 d64 packed", attention_task(32, 12, 128, 64, "float16", packed_heads=True)),
+        ("attn b32 h12 s128 d64 kT packed", attention_task(32, 12, 128, 64, "float16", k_transposed=True,
+                                                           packed_heads=True)),
+        ("attn b32 h12 s128 d64 mask", attention_task(32, 12, 128, 64, "float16", mask=True))]
     # ResNet-50's convolutions at batch 32 in NHWC, as portkern's Triton graph has them (BN folded
     # into the bias, ReLU fused as in its blocks); the baseline is cuDNN on channels-last tensors
     conv = [(f"conv {kh}x{kh} s{stride} c{c} oc{oc} {hw}x{hw} nhwc",
@@ -73,7 +81,8 @@ def suites(smoke: bool) -> dict[str, list[tuple[str, Task]]]:
     fp32 = [*((f"gemm {m}x{n}x{k} fp32", gemm_task(m, n, k, "float32", trans_b=True))
               for m, n, k in ((4096, 768, 768), (4096, 3072, 768), (4096, 768, 3072))),
             ("attn b8 h12 s512 d64 fp32", attention_task(8, 12, 512, 64, "float32"))]
-    return {"memory": memory, "gemv": gemv, "gemm": gemm, "attention": attention, "conv": conv, "fp32": fp32}
+    return {"memory": memory, "gemv": gemv, "gemm": gemm, "attention": attention, "attention-parts": attention_parts,
+            "conv": conv, "fp32": fp32}
 
 
 def time_callable(backend: Any, fn: Callable[[list[Any]], Any], sets: list[list[Any]], repeats: int) -> list[float]:
