@@ -13,6 +13,32 @@ def _geometry(task, config):
     return n_rows, n_cols, itemsize, block_n, n_tiles, programs
 
 
+def _rows_schedule(task, config, ops_per_element, fp32_tiles, params=0, loaded_params=None):
+    """The simulator's schedule of a row-wise kernel: each tile's rows into UB and back, and
+    ops_per_element vector ops on every padded element. Live in UB beside the multi-buffered io
+    tiles: fp32_tiles fp32 working tiles and `params` per-column fp32 vectors (gamma, beta: read
+    once per core, loaded_params of them from memory, all of them by default)."""
+    n_rows, n_cols, itemsize, block_n, n_tiles, programs = _geometry(task, config)
+    rows = config["ROWS"]
+    row_bytes = n_cols * itemsize
+    schedule = {
+        "core": "vector", "programs": programs, "tiles": triton.cdiv(n_tiles, programs),
+        "total_tiles": n_tiles, "buffers": config["BUFFERS"],
+        "per_tile": {"gm_to_ub": rows * row_bytes, "ub_to_gm": rows * row_bytes,
+                     "vector_ops": rows * block_n * ops_per_element},
+        "live": {"ub": (config["BUFFERS"] * 2 * rows * block_n * itemsize + fp32_tiles * rows * block_n * 4
+                        + params * block_n * 4)},
+        "tails": {"ub": [block_n * itemsize, block_n * 4]},
+        "gm_alignment": min(row_bytes & -row_bytes, 512),
+        "footprint_bytes": 2 * n_rows * row_bytes + params * row_bytes,
+        "vector_op_bytes": 4,
+    }
+    if params:
+        loaded = params if loaded_params is None else loaded_params
+        schedule["setup"] = {"gm_to_ub": loaded * row_bytes, "vector_ops": params * block_n}
+    return schedule
+
+
 def constraints(task, config, target):
     if task.dtype not in ITEMSIZE:
         return f"{task.dtype} is not supported here (fp32/fp16 only)"

@@ -14,21 +14,7 @@ VECTOR_OPS_PER_ELEMENT = 6  # cast, square, sum, scale by rstd, gamma, cast back
 
 
 def schedule(task, config, target):
-    n_rows, n_cols, itemsize, block_n, n_tiles, programs = _geometry(task, config)
-    rows = config["ROWS"]
-    row_bytes = n_cols * itemsize
-    return {
-        "core": "vector", "programs": programs, "tiles": triton.cdiv(n_tiles, programs),
-        "total_tiles": n_tiles, "buffers": config["BUFFERS"],
-        "per_tile": {"gm_to_ub": rows * row_bytes, "ub_to_gm": rows * row_bytes,
-                     "vector_ops": rows * block_n * VECTOR_OPS_PER_ELEMENT},
-        "setup": {"gm_to_ub": row_bytes, "vector_ops": block_n},
-        "live": {"ub": config["BUFFERS"] * 2 * rows * block_n * itemsize + rows * block_n * 4 + block_n * 4},
-        "tails": {"ub": [block_n * itemsize, block_n * 4]},
-        "gm_alignment": min(row_bytes & -row_bytes, 512),
-        "footprint_bytes": 2 * n_rows * row_bytes + row_bytes,
-        "vector_op_bytes": 4,
-    }
+    return _rows_schedule(task, config, VECTOR_OPS_PER_ELEMENT, fp32_tiles=1, params=1)  # x; gamma
 
 
 @triton.jit
