@@ -61,32 +61,23 @@ def _conv2d_depthwise(x_ptr, w_ptr, o_ptr, bias_ptr, res_ptr, OC, MULTIPLIER, H,
                         other=0.0)
             w = tl.load(w_ptr + oc * sw_o + kh * sw_h + kw * sw_w, mask=channel_ok, other=0.0)
             acc += x.to(tl.float32) * w.to(tl.float32)[None, :]
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + oc, mask=channel_ok, other=0.0).to(tl.float32)[None, :]
-    mask = pixel_ok[:, None] & channel_ok[None, :]
-    if HAS_RESIDUAL:
-        acc += tl.load(res_ptr + n[:, None].to(tl.int64) * sr_n + oc[None, :] * sr_c + (oh * sr_h + ow * sr_w)[:, None],
-                       mask=mask, other=0.0).to(tl.float32)
-    acc = _activate(acc, ACTIVATION)
-    tl.store(o_ptr + n[:, None].to(tl.int64) * so_n + oc[None, :] * so_c + (oh * so_h + ow * so_w)[:, None],
-             acc.to(o_ptr.dtype.element_ty), mask=mask)
+    _finish_nchw(acc, n, oc, oh, ow, pixel_ok, channel_ok, bias_ptr, res_ptr, o_ptr, sr_n, sr_c, sr_h, sr_w,
+                 so_n, so_c, so_h, so_w, ACTIVATION, HAS_BIAS, HAS_RESIDUAL)
 
 
 def launch(task, config, inputs, outputs):
-    x, w, out = _nchw(task, inputs[0]), _nchw(task, inputs[1]), _nchw(task, outputs[0])
+    x, w, out, has_bias, has_residual, bias, residual, residual_strides = _nchw_operands(task, inputs, outputs)
     batch, channels, height, width = x.shape
     out_channels, _, kernel_h, kernel_w = w.shape
     out_h, out_w = out.shape[2], out.shape[3]
     (stride_h, stride_w), (pad_t, pad_l), (dil_h, dil_w), _ = _conv_attrs(task)
-    has_bias, has_residual, bias, residual = _epilogue_operands(task, inputs, x)
-    residual = _nchw(task, residual) if has_residual else x
     pixels = batch * out_h * out_w
     w_strides = w.stride()
     grid = (triton.cdiv(pixels, config["BLOCK_P"]), triton.cdiv(out_channels, config["BLOCK_C"]))
     _conv2d_depthwise[grid](x, w, out, bias, residual, out_channels, out_channels // channels, height, width,
                             out_h, out_w, pixels, kernel_h, kernel_w, stride_h, stride_w, pad_t, pad_l,
                             dil_h, dil_w, *x.stride(), w_strides[0], w_strides[2], w_strides[3], *out.stride(),
-                            *(residual.stride() if has_residual else (0, 0, 0, 0)),
+                            *residual_strides,
                             BLOCK_P=config["BLOCK_P"], BLOCK_C=config["BLOCK_C"],
                             ACTIVATION=task.attr("activation", "none"), HAS_BIAS=has_bias,
                             HAS_RESIDUAL=has_residual, num_warps=config["num_warps"])

@@ -68,32 +68,23 @@ def _conv2d_implicit(x_ptr, w_ptr, o_ptr, bias_ptr, res_ptr, C_G, H, W, OC_G, OH
         b = tl.load(w_ptr + oc[None, :] * sw_o + c[:, None] * sw_c + kh[:, None] * sw_h + kw[:, None] * sw_w,
                     mask=k_ok[:, None] & channel_ok[None, :], other=0.0)
         acc = tl.dot(a, b, acc, input_precision="ieee")
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + oc, mask=channel_ok, other=0.0).to(tl.float32)[None, :]
-    mask = pixel_ok[:, None] & channel_ok[None, :]
-    if HAS_RESIDUAL:
-        acc += tl.load(res_ptr + n[:, None].to(tl.int64) * sr_n + oc[None, :] * sr_c + oh[:, None] * sr_h
-                       + ow[:, None] * sr_w, mask=mask, other=0.0).to(tl.float32)
-    acc = _activate(acc, ACTIVATION)
-    tl.store(o_ptr + n[:, None].to(tl.int64) * so_n + oc[None, :] * so_c + oh[:, None] * so_h + ow[:, None] * so_w,
-             acc.to(o_ptr.dtype.element_ty), mask=mask)
+    _finish_nchw(acc, n, oc, oh, ow, pixel_ok, channel_ok, bias_ptr, res_ptr, o_ptr, sr_n, sr_c, sr_h, sr_w,
+                 so_n, so_c, so_h, so_w, ACTIVATION, HAS_BIAS, HAS_RESIDUAL)
 
 
 def launch(task, config, inputs, outputs):
-    x, w, out = _nchw(task, inputs[0]), _nchw(task, inputs[1]), _nchw(task, outputs[0])
+    x, w, out, has_bias, has_residual, bias, residual, residual_strides = _nchw_operands(task, inputs, outputs)
     batch, channels, height, width = x.shape
     out_channels, channels_per_group, kernel_h, kernel_w = w.shape
     out_h, out_w = out.shape[2], out.shape[3]
     (stride_h, stride_w), (pad_t, pad_l), (dil_h, dil_w), groups = _conv_attrs(task)
-    has_bias, has_residual, bias, residual = _epilogue_operands(task, inputs, x)
-    residual = _nchw(task, residual) if has_residual else x
     pixels = batch * out_h * out_w
     oc_per_group = out_channels // groups
     grid = (triton.cdiv(pixels, config["BLOCK_M"]), triton.cdiv(oc_per_group, config["BLOCK_N"]), groups)
     _conv2d_implicit[grid](x, w, out, bias, residual, channels_per_group, height, width, oc_per_group,
                            out_h, out_w, pixels, kernel_h, kernel_w, stride_h, stride_w, pad_t, pad_l,
                            dil_h, dil_w, *x.stride(), *w.stride(), *out.stride(),
-                           *(residual.stride() if has_residual else (0, 0, 0, 0)),
+                           *residual_strides,
                            BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"],
                            ACTIVATION=task.attr("activation", "none"), HAS_BIAS=has_bias,
                            HAS_RESIDUAL=has_residual, num_warps=config["num_warps"],
