@@ -366,7 +366,8 @@ def _attention_pingpong(q_desc, k_desc, v_desc, o_desc, m_ptr, n_row_blocks, uni
     mbarrier.arrive(turns.index(0))  # consumer 0 goes first
 
     args = ((q_desc, k_desc, v_desc, o_desc), (q_bars, q_free, k_bars, v_bars, k_free, v_free, turns),
-            (q_smem, k_smem, v_smem, o_smem), (m_ptr, n_row_blocks, units, H, S, SK, scale_log2, sm_b, sm_h, sm_s, sm_k))
+            (q_smem, k_smem, v_smem, o_smem),
+            (m_ptr, n_row_blocks, units, H, S, SK, scale_log2, sm_b, sm_h, sm_s, sm_k))
     gl.warp_specialize([(_pingpong_consumer, (args, 0, CAUSAL, HAS_MASK, EVEN_KEYS)),
                         (_pingpong_consumer, (args, 1, CAUSAL, HAS_MASK, EVEN_KEYS)),
                         (_pingpong_producer, (args, 0, CAUSAL, HAS_MASK))], [4, 1], [CONSUMER_REGISTERS, 24])

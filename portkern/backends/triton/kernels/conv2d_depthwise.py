@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 # include: activation
-# include: conv_common
+# include: conv_nchw
 
 KIND = "conv2d"
 PRECISION = "fp32"
