@@ -433,8 +433,8 @@ def test_attention_pingpong_runs_two_consumers_and_a_producer_within_its_estimat
     """attention_pingpong (Gluon) builds for sm_90 in 12 warps (two consumer warpgroups and a
     producer warp), each consumer waiting with p v still in flight while it runs its softmax, its
     output stored by TMA, in no more shared memory than it declares (the backend refuses configs
-    by that estimate); without a mask its key loops touch no local memory (its default spills a few
-    registers outside them; with a mask, two spill accesses a loop). It serves BERT's exports (K^T
+    by that estimate); its key loops touch no local memory (its default spills a few registers outside
+    them). It serves BERT's exports (K^T
     a view of (B, S, H, D) rows, heads packed, a mask) and refuses what it cannot, and without a GPU
     it is cross-compiled, never run."""
     backend = BACKENDS["sm_90"]
@@ -451,13 +451,16 @@ def test_attention_pingpong_runs_two_consumers_and_a_producer_within_its_estimat
         assert kernel["shared"] <= module.shared_memory(task, config)
         # the output leaves through shared memory by TMA (from the accumulator's layout, stored
         # directly, each 32-byte sector took two stores)
-        assert {op.split()[0] for _, op, _ in mix.sass(kernel["asm"]["cubin"])
-                if op.startswith(("STG", "UTMASTG"))} == {"UTMASTG.4D"}
+        instructions = mix.sass(kernel["asm"]["cubin"])
+        assert {op.split()[0] for _, op, _ in instructions if op.startswith(("STG", "UTMASTG"))} == {"UTMASTG.4D"}
+        if task is bert:  # both consumers read the mask 16 bytes a thread (the second, a worker partition,
+            # read 2 bytes at a time while it did not know the pointer's and strides' divisibility)
+            assert {op.split()[0] for _, op, _ in instructions if op.startswith("LDG")} == {"LDG.E.128"}
         spills_in_loops = _local_memory_in_hot_loops(kernel)
         if task is plain:  # each consumer's two key loops: whole blocks, then the causal edge
             assert kernel["n_spills"] > 0 and spills_in_loops == [0, 0, 0, 0]
         if task is masked:  # one key loop a consumer: a second copy of the masked step spilled ~100
-            assert len(spills_in_loops) == 2 and max(spills_in_loops) <= 2
+            assert spills_in_loops == [0, 0]
     target = BACKENDS["sm_90"].target
     assert module.constraints(bert, variant.default, target) is None
     refused = {name: module.constraints(other, variant.default, target) for name, other in {

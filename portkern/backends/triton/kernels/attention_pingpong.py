@@ -57,6 +57,7 @@ _CONSUMER_REGISTERS = 240  # each consumer thread's, by setmaxnreg; the producer
 _MAX_REGISTERS = 168  # the launch's per-thread cap: 2 x 128 x 240 + 128 x 24 fits 384 threads in 64K
 _MAX_HEAD_DIM = 128  # the accumulator and the scores of 64 rows in a consumer's 240 registers
 _BARRIER_BYTES = 512
+_MASK_SCRATCH_BYTES = 16384
 
 
 def constraints(task, config, target):
@@ -81,10 +82,13 @@ def constraints(task, config, target):
 
 def shared_memory(task, config):
     """Two Q buffers of both consumers' rows, the K/V ring and each consumer's output tile staged for
-    its TMA store, 2-byte elements (constraints), and the mbarriers with the compiler's padding
-    (392-408 B in every sm_90 build of the space)."""
+    its TMA store, 2-byte elements (constraints), the mbarriers with the compiler's padding
+    (392-408 B in every sm_90 build of the space) and, with a mask, the scratch through which its
+    blocks change layout (_mask_block; 16,080 B in every sm_90 build of the space)."""
     block_d = _block_d(_logical(task, 0)[-1])
-    return 2 * block_d * (6 * _CONSUMER_ROWS + 2 * config["STAGES"] * config["BLOCK_N"]) + _BARRIER_BYTES
+    mask_scratch = _MASK_SCRATCH_BYTES if task.attr("mask", False) else 0
+    return (2 * block_d * (6 * _CONSUMER_ROWS + 2 * config["STAGES"] * config["BLOCK_N"]) + _BARRIER_BYTES
+            + mask_scratch)
 
 
 @gluon.jit
@@ -123,19 +127,48 @@ def _key_blocks(q0, tile_rows, S, SK, block_n: gl.constexpr, CAUSAL: gl.constexp
 
 
 @gluon.jit
-def _scores_to_probs(s, m_i, l_i, start, unmasked_end, rows, mask_base, S, SK, scale_log2, sm_s, sm_k,
-                     HAS_MASK: gl.constexpr, CAUSAL: gl.constexpr, EDGE: gl.constexpr, col_layout: gl.constexpr):
+def _mask_block(mask_base, rows_left, start, SK, sm_s, sm_k, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                layout: gl.constexpr, EDGE: gl.constexpr, MASK_ALIGN: gl.constexpr):
+    """The additive mask's key columns [start, +BLOCK_N) of a consumer's rows (mask_base is its first
+    row; rows_left of them in range) in the scores' layout. Read 16 bytes a thread in row-major order,
+    it moves into the wgmma layout through shared memory; read in that layout (4 bytes a thread, each
+    32-byte sector in parts) BERT's masked attention took 1.1x longer. MASK_ALIGN, the alignment of
+    the mask's rows in bytes, comes from the launch: a warp-specialized partition other than the
+    first does not see the divisibility and contiguity of the pointer and strides, and the second
+    consumer read 2 bytes at a time. Both fixed: 1.25x on BERT's masked attention in CUDA graphs on
+    an H100 (benchmarks/results/h100-attention-mask-loads-ab-2026-12-06.log)."""
+    across: gl.constexpr = BLOCK_N // 8  # 8 two-byte elements a thread (fp16/bf16, constraints)
+    # steps that may meet a key or causal edge read in the scores' layout: changing it spilled there
+    load_layout: gl.constexpr = layout if EDGE else gl.BlockedLayout([1, 8], [32 // across, across], [4, 1], [1, 0])
+    rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, load_layout))
+    cols = start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, load_layout))
+    ptrs = gl.multiple_of(mask_base + rows[:, None].to(gl.int64) * sm_s + cols[None, :] * sm_k,
+                          [MASK_ALIGN, MASK_ALIGN])
+    if MASK_ALIGN > 1:  # the key axis is contiguous (_mask_alignment)
+        ptrs = gl.max_contiguous(ptrs, [1, BLOCK_N])
+    in_range = rows[:, None] < rows_left
+    if EDGE:
+        in_range = in_range & (cols[None, :] < SK)
+    return gl.convert_layout(gl.load(ptrs, mask=in_range, other=0.0), layout)
+
+
+@gluon.jit
+def _scores_to_probs(s, m_i, l_i, start, unmasked_end, rows, first_row, mask_base, S, SK, scale_log2, sm_s, sm_k,
+                     HAS_MASK: gl.constexpr, CAUSAL: gl.constexpr, EDGE: gl.constexpr, col_layout: gl.constexpr,
+                     MASK_ALIGN: gl.constexpr):
     """One online-softmax step on a block of raw scores: the probabilities, the accumulator's
     rescale, the new running max (log2 units) and sum. The scale goes into the exponent (s * scale
     - max, one FFMA a score). The key and causal masks are built only where the block may reach
     past unmasked_end (EDGE, known when compiling): ptxas turns the runtime check into selects that
     every block executes (64-128 a block), so blocks known to be whole are compiled without it."""
+    block_m: gl.constexpr = s.shape[0]
     block_n: gl.constexpr = s.shape[1]
+    s_layout: gl.constexpr = s.type.layout
     cols = start + gl.arange(0, block_n, layout=col_layout)
     scale = scale_log2
     if HAS_MASK:  # the mask is added to the scaled scores in natural units (one FFMA), log2 units after
-        bias = gl.load(mask_base + rows[:, None].to(gl.int64) * sm_s + cols[None, :] * sm_k,
-                       mask=(rows[:, None] < S) & (cols[None, :] < SK), other=0.0)
+        bias = _mask_block(mask_base, S - first_row, start, SK, sm_s, sm_k, block_m, block_n, s_layout, EDGE,
+                           MASK_ALIGN)
         s = s * (scale_log2 * 0.6931471805599453) + bias.to(gl.float32)
         scale = 1.4426950408889634
     if EDGE and start + block_n > unmasked_end:
@@ -154,14 +187,14 @@ def _scores_to_probs(s, m_i, l_i, start, unmasked_end, rows, mask_base, S, SK, s
 
 @gluon.jit
 def _key_step(j, carry, q, s_zero, ring, turns, masks, HAS_MASK: gl.constexpr, CAUSAL: gl.constexpr,
-              EDGE: gl.constexpr):
+              EDGE: gl.constexpr, MASK_ALIGN: gl.constexpr):
     """One turn of a consumer inside a tile: q k^T of key block j and p v of block j-1 issued
     together, the turn passed, then block j's softmax while p v runs. EDGE: whether block j may
     reach past unmasked_end (see _scores_to_probs)."""
     acc, p, alpha, m_i, l_i, turn_count = carry
     k_smem, v_smem, k_bars, v_bars, k_free, v_free, kv_count = ring
     my_turn, their_turn = turns
-    unmasked_end, rows, mask_base, S, SK, scale_log2, sm_s, sm_k = masks
+    unmasked_end, rows, first_row, mask_base, S, SK, scale_log2, sm_s, sm_k = masks
     stages: gl.constexpr = k_smem.type.shape[0]
     block_n: gl.constexpr = k_smem.type.shape[3]  # a ring slot is a (1, 1, rows, head dim) TMA box
     block_d: gl.constexpr = k_smem.type.shape[4]
@@ -182,8 +215,9 @@ def _key_step(j, carry, q, s_zero, ring, turns, masks, HAS_MASK: gl.constexpr, C
     mbarrier.arrive(their_turn)
     s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # the scores are done; p v may still run
     mbarrier.arrive(k_free.index(slot))
-    p, alpha, m_i, l_i = _scores_to_probs(s, m_i, l_i, j * block_n, unmasked_end, rows, mask_base, S, SK,
-                                          scale_log2, sm_s, sm_k, HAS_MASK, CAUSAL, EDGE, col_layout)
+    p, alpha, m_i, l_i = _scores_to_probs(s, m_i, l_i, j * block_n, unmasked_end, rows, first_row, mask_base, S,
+                                          SK, scale_log2, sm_s, sm_k, HAS_MASK, CAUSAL, EDGE, col_layout,
+                                          MASK_ALIGN)
     acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
     mbarrier.arrive(v_free.index(prev))
     return acc, p, alpha, m_i, l_i, turn_count + 1
@@ -232,7 +266,7 @@ def _pingpong_producer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
 
 @gluon.jit
 def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK: gl.constexpr,
-                       EVEN_KEYS: gl.constexpr):
+                       EVEN_KEYS: gl.constexpr, MASK_ALIGN: gl.constexpr):
     """One warpgroup: query rows [q0 + which * 64, +64) of each tile. Each turn it issues q k^T of
     a key block and p v of the block before, passes the turn, and runs its softmax while the
     other consumer's products run."""
@@ -270,7 +304,7 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
             if CAUSAL:
                 unmasked_end = gl.minimum(SK, first_row + SK - S + 1)
             rows = first_row + gl.arange(0, block_m, layout=row_layout)
-            mask_base = m_ptr + b.to(gl.int64) * sm_b + h * sm_h
+            mask_base = m_ptr + b.to(gl.int64) * sm_b + h * sm_h + first_row.to(gl.int64) * sm_s
             m_i = gl.full([block_m], -float("inf"), gl.float32, layout=row_layout)
             l_i = gl.zeros([block_m], gl.float32, layout=row_layout)
             acc = gl.zeros([block_m, block_d], gl.float32, layout=o_layout)
@@ -287,28 +321,29 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
             turn_count += 1
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
             mbarrier.arrive(k_free.index(slot))
-            p, alpha, m_i, l_i = _scores_to_probs(s, m_i, l_i, 0, unmasked_end, rows, mask_base, S, SK, scale_log2,
-                                                  sm_s, sm_k, HAS_MASK, CAUSAL, edges, col_layout)
+            p, alpha, m_i, l_i = _scores_to_probs(s, m_i, l_i, 0, unmasked_end, rows, first_row, mask_base, S, SK,
+                                                  scale_log2, sm_s, sm_k, HAS_MASK, CAUSAL, edges, col_layout,
+                                                  MASK_ALIGN)
             carry = (acc, p, alpha, m_i, l_i, turn_count)
             kv_ring = (k_smem, v_smem, k_bars, v_bars, k_free, v_free, kv_count)
-            masks = (unmasked_end, rows, mask_base, S, SK, scale_log2, sm_s, sm_k)
+            masks = (unmasked_end, rows, first_row, mask_base, S, SK, scale_log2, sm_s, sm_k)
             if edges and HAS_MASK:
                 # one loop, each block checked at run time: two copies of a step that adds a mask
                 # spill ~100 accesses into each loop at BLOCK_N 128 (sm_90 build)
                 for j in range(1, n_blocks):
                     carry = _key_step(j, carry, q, s_zero, kv_ring, (my_turn, their_turn), masks, HAS_MASK,
-                                      CAUSAL, True)
+                                      CAUSAL, True, MASK_ALIGN)
             else:
                 # the blocks before the first one a mask edge can reach, in a loop compiled without
                 # the masks; then the rest, with them
                 edge_start = gl.minimum(n_blocks, gl.maximum(unmasked_end // block_n, 1))
                 for j in range(1, edge_start):
                     carry = _key_step(j, carry, q, s_zero, kv_ring, (my_turn, their_turn), masks, HAS_MASK,
-                                      CAUSAL, False)
+                                      CAUSAL, False, MASK_ALIGN)
                 if edges:
                     for j in range(edge_start, n_blocks):
                         carry = _key_step(j, carry, q, s_zero, kv_ring, (my_turn, their_turn), masks, HAS_MASK,
-                                          CAUSAL, True)
+                                          CAUSAL, True, MASK_ALIGN)
             acc, p, alpha, m_i, l_i, turn_count = carry
             # the tile's last turn: p v of its last block
             ring = kv_count + n_blocks - 1
@@ -338,7 +373,8 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
 @gluon.jit
 def _attention_pingpong(q_desc, k_desc, v_desc, o_desc, m_ptr, n_row_blocks, units, H, S, SK, scale_log2,
                         sm_b, sm_h, sm_s, sm_k, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                        HAS_MASK: gl.constexpr, EVEN_KEYS: gl.constexpr, CONSUMER_REGISTERS: gl.constexpr):
+                        HAS_MASK: gl.constexpr, EVEN_KEYS: gl.constexpr, CONSUMER_REGISTERS: gl.constexpr,
+                        MASK_ALIGN: gl.constexpr):
     """Programs from program_id by num_programs over the units of tiles (_tiles_in_unit; a head's
     n_row_blocks tiles of two consumers' rows, units in all): two consumer warpgroups and a
     producer warp each (warp specialization)."""
@@ -368,9 +404,21 @@ def _attention_pingpong(q_desc, k_desc, v_desc, o_desc, m_ptr, n_row_blocks, uni
     args = ((q_desc, k_desc, v_desc, o_desc), (q_bars, q_free, k_bars, v_bars, k_free, v_free, turns),
             (q_smem, k_smem, v_smem, o_smem),
             (m_ptr, n_row_blocks, units, H, S, SK, scale_log2, sm_b, sm_h, sm_s, sm_k))
-    gl.warp_specialize([(_pingpong_consumer, (args, 0, CAUSAL, HAS_MASK, EVEN_KEYS)),
-                        (_pingpong_consumer, (args, 1, CAUSAL, HAS_MASK, EVEN_KEYS)),
+    gl.warp_specialize([(_pingpong_consumer, (args, 0, CAUSAL, HAS_MASK, EVEN_KEYS, MASK_ALIGN)),
+                        (_pingpong_consumer, (args, 1, CAUSAL, HAS_MASK, EVEN_KEYS, MASK_ALIGN)),
                         (_pingpong_producer, (args, 0, CAUSAL, HAS_MASK))], [4, 1], [CONSUMER_REGISTERS, 24])
+
+
+def _mask_alignment(p):
+    """The bytes (16 at most) that the mask's pointer and its batch, head and row strides are
+    multiples of, or 1 where its key axis is not contiguous (_mask_block)."""
+    if not p.has_mask or p.strides[15] != 1:
+        return 1
+    alignment = 16
+    for value in (p.mask.data_ptr(), *(stride * p.mask.element_size() for stride in p.strides[12:15])):
+        while value % alignment:
+            alignment //= 2
+    return alignment
 
 
 def launch(task, config, inputs, outputs):
@@ -387,5 +435,5 @@ def launch(task, config, inputs, outputs):
     _attention_pingpong[grid](q_desc, k_desc, v_desc, o_desc, p.mask, row_blocks, units, p.heads, p.seq, p.seq_kv,
                               p.scale_log2, *p.strides[12:], STAGES=config["STAGES"],
                               CAUSAL=causal, HAS_MASK=p.has_mask, EVEN_KEYS=p.seq_kv % block_n == 0,
-                              CONSUMER_REGISTERS=_CONSUMER_REGISTERS,
+                              CONSUMER_REGISTERS=_CONSUMER_REGISTERS, MASK_ALIGN=_mask_alignment(p),
                               num_warps=4, maxnreg=_MAX_REGISTERS)
