@@ -434,9 +434,9 @@ def test_attention_pingpong_runs_two_consumers_and_a_producer_within_its_estimat
     producer warp), each consumer waiting with p v still in flight while it runs its softmax, its
     output stored by TMA, in no more shared memory than it declares (the backend refuses configs
     by that estimate); its key loops touch no local memory (its default spills a few registers outside
-    them). It serves BERT's exports (K^T
-    a view of (B, S, H, D) rows, heads packed, a mask) and refuses what it cannot, and without a GPU
-    it is cross-compiled, never run."""
+    them). It serves BERT's exports (K^T a view of (B, S, H, D) rows, heads packed, a mask), reading
+    the mask 16 bytes a thread, refuses what it cannot, and without a GPU it is cross-compiled, never
+    run."""
     backend = BACKENDS["sm_90"]
     mix = _ops_script("sass_loop_mix")
     masked = synthetic.attention_task(2, 3, 300, 64, "float16", seq_kv=333, causal=True, mask=True)

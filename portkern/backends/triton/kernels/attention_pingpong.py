@@ -414,11 +414,8 @@ def _mask_alignment(p):
     multiples of, or 1 where its key axis is not contiguous (_mask_block)."""
     if not p.has_mask or p.strides[15] != 1:
         return 1
-    alignment = 16
-    for value in (p.mask.data_ptr(), *(stride * p.mask.element_size() for stride in p.strides[12:15])):
-        while value % alignment:
-            alignment //= 2
-    return alignment
+    offsets = (p.mask.data_ptr(), *(stride * p.mask.element_size() for stride in p.strides[12:15]))
+    return min([16, *(offset & -offset for offset in offsets if offset)])  # the lowest set bit of each
 
 
 def launch(task, config, inputs, outputs):
