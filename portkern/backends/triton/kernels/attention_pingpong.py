@@ -186,6 +186,17 @@ def _scores_to_probs(s, m_i, l_i, start, unmasked_end, rows, first_row, mask_bas
 
 
 @gluon.jit
+def _pv_operands(acc, p, alpha, v_bars, ring_index, stages: gl.constexpr, dtype: gl.constexpr):
+    """Ahead of a turn's p v (in a key step and in a tile's last turn): wait for ring entry
+    ring_index's values, rescale the accumulator by alpha, move p into the wgmma's register operand."""
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc.type.layout, k_width=2)
+    o_row_layout: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
+    mbarrier.wait(v_bars.index(ring_index % stages), (ring_index // stages) & 1)
+    acc = acc * gl.convert_layout(alpha, o_row_layout)[:, None]
+    return acc, gl.convert_layout(p.to(dtype), p_layout)
+
+
+@gluon.jit
 def _key_step(j, carry, q, s_zero, ring, turns, masks, HAS_MASK: gl.constexpr, CAUSAL: gl.constexpr,
               EDGE: gl.constexpr, MASK_ALIGN: gl.constexpr):
     """One turn of a consumer inside a tile: q k^T of key block j and p v of block j-1 issued
@@ -198,16 +209,12 @@ def _key_step(j, carry, q, s_zero, ring, turns, masks, HAS_MASK: gl.constexpr, C
     stages: gl.constexpr = k_smem.type.shape[0]
     block_n: gl.constexpr = k_smem.type.shape[3]  # a ring slot is a (1, 1, rows, head dim) TMA box
     block_d: gl.constexpr = k_smem.type.shape[4]
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc.type.layout, k_width=2)
-    o_row_layout: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
     col_layout: gl.constexpr = gl.SliceLayout(0, s_zero.type.layout)
     ring_index = kv_count + j
     slot = ring_index % stages
     prev = (ring_index - 1) % stages
     mbarrier.wait(k_bars.index(slot), (ring_index // stages) & 1)
-    mbarrier.wait(v_bars.index(prev), ((ring_index - 1) // stages) & 1)
-    acc = acc * gl.convert_layout(alpha, o_row_layout)[:, None]
-    p_op = gl.convert_layout(p.to(q.dtype), p_layout)
+    acc, p_op = _pv_operands(acc, p, alpha, v_bars, ring_index - 1, stages, q.dtype)
     mbarrier.wait(my_turn, turn_count & 1)
     s = warpgroup_mma(q, k_smem.index(slot).reshape([block_n, block_d]).permute((1, 0)), s_zero,
                       use_acc=False, is_async=True)
@@ -284,7 +291,6 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
                                                        instr_shape=[16, block_n, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, block_d, 16])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
     o_row_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
@@ -347,9 +353,7 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
             acc, p, alpha, m_i, l_i, turn_count = carry
             # the tile's last turn: p v of its last block
             ring = kv_count + n_blocks - 1
-            mbarrier.wait(v_bars.index(ring % stages), (ring // stages) & 1)
-            acc = acc * gl.convert_layout(alpha, o_row_layout)[:, None]
-            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            acc, p_op = _pv_operands(acc, p, alpha, v_bars, ring, stages, dtype)
             mbarrier.wait(my_turn, turn_count & 1)
             acc = warpgroup_mma(p_op, v_smem.index(ring % stages).reshape([block_n, block_d]), acc, is_async=True)
             mbarrier.arrive(their_turn)
