@@ -149,7 +149,7 @@ def _attention_wgmma(q_desc, k_desc, v_desc, o_ptr, H, S, SK, D, scale_log2, so_
                       is_async=True)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
     p, alpha, m_i, l_i = _scores_to_probs(s, m_i, l_i, 0, unmasked_end, rows, 0, rows, S, SK, scale_log2, 0, 0,
-                                          False, CAUSAL, True, col_layout, 1)
+                                          False, CAUSAL, True, col_layout, 1, False)
     for j in range(0, n_blocks - 1):
         slot = j % STAGES
         next_slot = (j + 1) % STAGES
@@ -166,7 +166,7 @@ def _attention_wgmma(q_desc, k_desc, v_desc, o_ptr, H, S, SK, D, scale_log2, so_
             acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # q k^T is done; p v may still run
         p, alpha, m_i, l_i = _scores_to_probs(s, m_i, l_i, (j + 1) * BLOCK_N, unmasked_end, rows, 0, rows, S, SK,
-                                              scale_log2, 0, 0, False, CAUSAL, True, col_layout, 1)
+                                              scale_log2, 0, 0, False, CAUSAL, True, col_layout, 1, False)
         acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
         _load_kv(k_desc, v_desc, k_smem, v_smem, k_bars, v_bars, b, h, j + STAGES, n_blocks, BLOCK_N, STAGES)
     last = n_blocks - 1

@@ -21,7 +21,8 @@ change. The attention suite through the search on an H100 (h100-ops-attention-tm
 turn's p v before its softmax's exponentials: forcing the overlap back measured 0.97-1.00x.
 
 fp16/bf16, head dim up to 128, sm_90 (wgmma, TMA, setmaxnreg); causal is bottom-right; an additive
-mask (broadcast through zero strides) is read a key block at a time; q, k and v come through TMA,
+mask (broadcast through zero strides) comes a key block at a time, by TMA with K where its rows are
+whole 16-byte rows (_mask_by_tma), else read by the consumers; q, k and v come through TMA,
 zero-filled past every edge: each one's head dim must be its buffer's last axis, rows 16-byte
 aligned (K^T as BERT's exports give it, a view of (B, S, H, D) rows, is read as those rows; a K^T
 stored d x s is refused). The output leaves by TMA too: its head dim must be contiguous. Gluon
@@ -58,6 +59,7 @@ _MAX_REGISTERS = 168  # the launch's per-thread cap: 2 x 128 x 240 + 128 x 24 fi
 _MAX_HEAD_DIM = 128  # the accumulator and the scores of 64 rows in a consumer's 240 registers
 _BARRIER_BYTES = 512
 _MASK_SCRATCH_BYTES = 16384
+_SM90_SHARED_BYTES = 232448  # a program's shared memory on sm_90 (hwprofiles h100/h200: shared_mem_per_block)
 
 
 def constraints(task, config, target):
@@ -80,15 +82,38 @@ def constraints(task, config, target):
     return None
 
 
-def shared_memory(task, config):
+def _unmasked_shared_memory(task, config):
     """Two Q buffers of both consumers' rows, the K/V ring and each consumer's output tile staged for
-    its TMA store, 2-byte elements (constraints), the mbarriers with the compiler's padding
-    (392-408 B in every sm_90 build of the space) and, with a mask, the scratch through which its
-    blocks change layout (_mask_block; 16,080 B in every sm_90 build of the space)."""
+    its TMA store, 2-byte elements (constraints), and the mbarriers with the compiler's padding
+    (392-408 B in every sm_90 build of the space)."""
     block_d = _block_d(_logical(task, 0)[-1])
-    mask_scratch = _MASK_SCRATCH_BYTES if task.attr("mask", False) else 0
-    return (2 * block_d * (6 * _CONSUMER_ROWS + 2 * config["STAGES"] * config["BLOCK_N"]) + _BARRIER_BYTES
-            + mask_scratch)
+    return 2 * block_d * (6 * _CONSUMER_ROWS + 2 * config["STAGES"] * config["BLOCK_N"]) + _BARRIER_BYTES
+
+
+def _mask_ring_bytes(config):
+    return 2 * config["STAGES"] * _CONSUMER_ROWS * config["BLOCK_N"] * 2  # two consumers' rings, 2-byte elements
+
+
+def _mask_by_tma(task, config):
+    """Whether the additive mask can come by TMA (the producer loads each consumer's tile with K;
+    the consumers read it from shared memory): its rows are not broadcast (a (B, 1, 1, Sk) padding
+    mask has one row a batch, which TMA would read past), its rows are whole 16-byte multiples in
+    a contiguous buffer, and both consumers' mask rings fit beside the rest. The launch also needs
+    its pointer 16-byte aligned (_mask_alignment), else the mask is read from global memory."""
+    if not task.attr("mask", False):
+        return False
+    shape = task.inputs[3].shape
+    return (len(shape) >= 2 and shape[-2] > 1 and shape[-1] * 2 % 16 == 0
+            and _unmasked_shared_memory(task, config) + _mask_ring_bytes(config) <= _SM90_SHARED_BYTES)
+
+
+def shared_memory(task, config):
+    """_unmasked_shared_memory, and with a mask either its rings (_mask_by_tma) or the scratch
+    through which its blocks change layout (_mask_block; 16,080 B in every sm_90 build of the space)."""
+    if not task.attr("mask", False):
+        return _unmasked_shared_memory(task, config)
+    mask_bytes = _mask_ring_bytes(config) if _mask_by_tma(task, config) else _MASK_SCRATCH_BYTES
+    return _unmasked_shared_memory(task, config) + mask_bytes
 
 
 @gluon.jit
@@ -130,8 +155,10 @@ def _key_blocks(q0, tile_rows, S, SK, block_n: gl.constexpr, CAUSAL: gl.constexp
 def _mask_block(mask_base, rows_left, start, SK, sm_s, sm_k, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                 layout: gl.constexpr, EDGE: gl.constexpr, MASK_ALIGN: gl.constexpr):
     """The additive mask's key columns [start, +BLOCK_N) of a consumer's rows (mask_base is its first
-    row; rows_left of them in range) in the scores' layout. Read 16 bytes a thread in row-major order,
-    it moves into the wgmma layout through shared memory; read in that layout (4 bytes a thread, each
+    row; rows_left of them in range) in the scores' layout, for a mask TMA cannot bring (_mask_by_tma;
+    by TMA, BERT's masked attention ran 1.3x faster still: h100-attention-mask-tma-committed-ab-
+    2026-12-06.log). Read 16 bytes a thread in row-major order, it moves into the wgmma layout
+    through shared memory; read in that layout (4 bytes a thread, each
     32-byte sector in parts) BERT's masked attention took 1.1x longer. MASK_ALIGN, the alignment of
     the mask's rows in bytes, comes from the launch: a warp-specialized partition other than the
     first does not see the divisibility and contiguity of the pointer and strides, and the second
@@ -153,22 +180,26 @@ def _mask_block(mask_base, rows_left, start, SK, sm_s, sm_k, BLOCK_M: gl.constex
 
 
 @gluon.jit
-def _scores_to_probs(s, m_i, l_i, start, unmasked_end, rows, first_row, mask_base, S, SK, scale_log2, sm_s, sm_k,
+def _scores_to_probs(s, m_i, l_i, start, unmasked_end, rows, first_row, mask_src, S, SK, scale_log2, sm_s, sm_k,
                      HAS_MASK: gl.constexpr, CAUSAL: gl.constexpr, EDGE: gl.constexpr, col_layout: gl.constexpr,
-                     MASK_ALIGN: gl.constexpr):
+                     MASK_ALIGN: gl.constexpr, MASK_TMA: gl.constexpr):
     """One online-softmax step on a block of raw scores: the probabilities, the accumulator's
     rescale, the new running max (log2 units) and sum. The scale goes into the exponent (s * scale
     - max, one FFMA a score). The key and causal masks are built only where the block may reach
     past unmasked_end (EDGE, known when compiling): ptxas turns the runtime check into selects that
-    every block executes (64-128 a block), so blocks known to be whole are compiled without it."""
+    every block executes (64-128 a block), so blocks known to be whole are compiled without it.
+    mask_src: the block's mask tile in shared memory (MASK_TMA), else the consumer's first mask row."""
     block_m: gl.constexpr = s.shape[0]
     block_n: gl.constexpr = s.shape[1]
     s_layout: gl.constexpr = s.type.layout
     cols = start + gl.arange(0, block_n, layout=col_layout)
     scale = scale_log2
     if HAS_MASK:  # the mask is added to the scaled scores in natural units (one FFMA), log2 units after
-        bias = _mask_block(mask_base, S - first_row, start, SK, sm_s, sm_k, block_m, block_n, s_layout, EDGE,
-                           MASK_ALIGN)
+        if MASK_TMA:
+            bias = mask_src.reshape([block_m, block_n]).load(s_layout)
+        else:
+            bias = _mask_block(mask_src, S - first_row, start, SK, sm_s, sm_k, block_m, block_n, s_layout, EDGE,
+                               MASK_ALIGN)
         s = s * (scale_log2 * 0.6931471805599453) + bias.to(gl.float32)
         scale = 1.4426950408889634
     if EDGE and start + block_n > unmasked_end:
@@ -198,7 +229,7 @@ def _pv_operands(acc, p, alpha, v_bars, ring_index, stages: gl.constexpr, dtype:
 
 @gluon.jit
 def _key_step(j, carry, q, s_zero, ring, turns, masks, HAS_MASK: gl.constexpr, CAUSAL: gl.constexpr,
-              EDGE: gl.constexpr, MASK_ALIGN: gl.constexpr):
+              EDGE: gl.constexpr, MASK_ALIGN: gl.constexpr, MASK_TMA: gl.constexpr):
     """One turn of a consumer inside a tile: q k^T of key block j and p v of block j-1 issued
     together, the turn passed, then block j's softmax while p v runs. EDGE: whether block j may
     reach past unmasked_end (see _scores_to_probs)."""
@@ -222,24 +253,31 @@ def _key_step(j, carry, q, s_zero, ring, turns, masks, HAS_MASK: gl.constexpr, C
     mbarrier.arrive(their_turn)
     s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # the scores are done; p v may still run
     mbarrier.arrive(k_free.index(slot))
-    p, alpha, m_i, l_i = _scores_to_probs(s, m_i, l_i, j * block_n, unmasked_end, rows, first_row, mask_base, S,
+    mask_src = mask_base
+    if MASK_TMA:
+        mask_src = mask_base.index(slot)
+    p, alpha, m_i, l_i = _scores_to_probs(s, m_i, l_i, j * block_n, unmasked_end, rows, first_row, mask_src, S,
                                           SK, scale_log2, sm_s, sm_k, HAS_MASK, CAUSAL, EDGE, col_layout,
-                                          MASK_ALIGN)
+                                          MASK_ALIGN, MASK_TMA)
     acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
     mbarrier.arrive(v_free.index(prev))
     return acc, p, alpha, m_i, l_i, turn_count + 1
 
 
 @gluon.jit
-def _pingpong_producer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK: gl.constexpr):
+def _pingpong_producer(args, which: gl.constexpr, CAUSAL: gl.constexpr, MASK_TMA: gl.constexpr):
     """One warp: for each tile of this program, both consumers' query rows into a free Q buffer
     (two: the next tile's are in place while this one runs), then each key block's K and V into
-    the ring, a slot's K (V) refilled once both consumers have released that K (V)."""
-    descs, bars, buffers, params = args  # one level at a time: Triton's cache key cannot read nested targets
+    the ring, a slot's K (V) refilled once both consumers have released that K (V). With MASK_TMA,
+    each consumer's mask tile of the block comes with its K, into that slot of the consumer's mask
+    ring; it is read until the block's softmax, so the slot waits for its V's release too."""
+    # one level at a time: Triton's cache key cannot read nested targets
+    descs, bars, buffers, mask_tiles, params = args
     q_desc, k_desc, v_desc, o_desc = descs
     q_bars, q_free, k_bars, v_bars, k_free, v_free, turns = bars
     q_smem, k_smem, v_smem, o_smem = buffers
     n_row_blocks, units, H, S, SK = params[1], params[2], params[3], params[4], params[5]
+    sm_b, sm_h = params[7], params[8]
     block_m: gl.constexpr = q_desc.block_type.shape[2]
     block_n: gl.constexpr = k_desc.block_type.shape[2]
     stages: gl.constexpr = k_smem.type.shape[0]
@@ -260,7 +298,17 @@ def _pingpong_producer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
                 slot = ring % stages
                 phase = ((ring // stages) & 1) ^ 1
                 mbarrier.wait(k_free.index(slot), phase)
-                mbarrier.expect(k_bars.index(slot), k_desc.block_type.nbytes)
+                if MASK_TMA:
+                    mbarrier.wait(v_free.index(slot), phase)
+                    m_desc = mask_tiles[0]
+                    mbarrier.expect(k_bars.index(slot), k_desc.block_type.nbytes + 2 * m_desc.block_type.nbytes)
+                    mask_b = b * gl.minimum(sm_b, 1)  # a broadcast (zero-stride) axis is read at 0
+                    mask_h = h * gl.minimum(sm_h, 1)
+                    for half in gl.static_range(2):
+                        tma.async_copy_global_to_shared(m_desc, [mask_b, mask_h, q0 + half * block_m, j * block_n],
+                                                        k_bars.index(slot), mask_tiles[1 + half].index(slot))
+                else:
+                    mbarrier.expect(k_bars.index(slot), k_desc.block_type.nbytes)
                 tma.async_copy_global_to_shared(k_desc, [b, h, j * block_n, 0], k_bars.index(slot),
                                                 k_smem.index(slot))
                 mbarrier.wait(v_free.index(slot), phase)
@@ -273,11 +321,11 @@ def _pingpong_producer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
 
 @gluon.jit
 def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK: gl.constexpr,
-                       EVEN_KEYS: gl.constexpr, MASK_ALIGN: gl.constexpr):
+                       EVEN_KEYS: gl.constexpr, MASK_ALIGN: gl.constexpr, MASK_TMA: gl.constexpr):
     """One warpgroup: query rows [q0 + which * 64, +64) of each tile. Each turn it issues q k^T of
     a key block and p v of the block before, passes the turn, and runs its softmax while the
     other consumer's products run."""
-    descs, bars, buffers, params = args
+    descs, bars, buffers, mask_tiles, params = args
     q_desc, k_desc, v_desc, o_desc = descs
     q_bars, q_free, k_bars, v_bars, k_free, v_free, turns = bars
     q_smem, k_smem, v_smem, o_smem = buffers
@@ -310,7 +358,10 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
             if CAUSAL:
                 unmasked_end = gl.minimum(SK, first_row + SK - S + 1)
             rows = first_row + gl.arange(0, block_m, layout=row_layout)
-            mask_base = m_ptr + b.to(gl.int64) * sm_b + h * sm_h + first_row.to(gl.int64) * sm_s
+            if MASK_TMA:  # this consumer's ring of mask tiles (_pingpong_producer)
+                mask_base = mask_tiles[1 + which]
+            else:
+                mask_base = m_ptr + b.to(gl.int64) * sm_b + h * sm_h + first_row.to(gl.int64) * sm_s
             m_i = gl.full([block_m], -float("inf"), gl.float32, layout=row_layout)
             l_i = gl.zeros([block_m], gl.float32, layout=row_layout)
             acc = gl.zeros([block_m, block_d], gl.float32, layout=o_layout)
@@ -327,9 +378,12 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
             turn_count += 1
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
             mbarrier.arrive(k_free.index(slot))
-            p, alpha, m_i, l_i = _scores_to_probs(s, m_i, l_i, 0, unmasked_end, rows, first_row, mask_base, S, SK,
+            mask_src = mask_base
+            if MASK_TMA:
+                mask_src = mask_base.index(slot)
+            p, alpha, m_i, l_i = _scores_to_probs(s, m_i, l_i, 0, unmasked_end, rows, first_row, mask_src, S, SK,
                                                   scale_log2, sm_s, sm_k, HAS_MASK, CAUSAL, edges, col_layout,
-                                                  MASK_ALIGN)
+                                                  MASK_ALIGN, MASK_TMA)
             carry = (acc, p, alpha, m_i, l_i, turn_count)
             kv_ring = (k_smem, v_smem, k_bars, v_bars, k_free, v_free, kv_count)
             masks = (unmasked_end, rows, first_row, mask_base, S, SK, scale_log2, sm_s, sm_k)
@@ -338,18 +392,18 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
                 # spill ~100 accesses into each loop at BLOCK_N 128 (sm_90 build)
                 for j in range(1, n_blocks):
                     carry = _key_step(j, carry, q, s_zero, kv_ring, (my_turn, their_turn), masks, HAS_MASK,
-                                      CAUSAL, True, MASK_ALIGN)
+                                      CAUSAL, True, MASK_ALIGN, MASK_TMA)
             else:
                 # the blocks before the first one a mask edge can reach, in a loop compiled without
                 # the masks; then the rest, with them
                 edge_start = gl.minimum(n_blocks, gl.maximum(unmasked_end // block_n, 1))
                 for j in range(1, edge_start):
                     carry = _key_step(j, carry, q, s_zero, kv_ring, (my_turn, their_turn), masks, HAS_MASK,
-                                      CAUSAL, False, MASK_ALIGN)
+                                      CAUSAL, False, MASK_ALIGN, MASK_TMA)
                 if edges:
                     for j in range(edge_start, n_blocks):
                         carry = _key_step(j, carry, q, s_zero, kv_ring, (my_turn, their_turn), masks, HAS_MASK,
-                                          CAUSAL, True, MASK_ALIGN)
+                                          CAUSAL, True, MASK_ALIGN, MASK_TMA)
             acc, p, alpha, m_i, l_i, turn_count = carry
             # the tile's last turn: p v of its last block
             ring = kv_count + n_blocks - 1
@@ -375,10 +429,10 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
 
 
 @gluon.jit
-def _attention_pingpong(q_desc, k_desc, v_desc, o_desc, m_ptr, n_row_blocks, units, H, S, SK, scale_log2,
+def _attention_pingpong(q_desc, k_desc, v_desc, o_desc, m_desc, m_ptr, n_row_blocks, units, H, S, SK, scale_log2,
                         sm_b, sm_h, sm_s, sm_k, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                         HAS_MASK: gl.constexpr, EVEN_KEYS: gl.constexpr, CONSUMER_REGISTERS: gl.constexpr,
-                        MASK_ALIGN: gl.constexpr):
+                        MASK_ALIGN: gl.constexpr, MASK_TMA: gl.constexpr):
     """Programs from program_id by num_programs over the units of tiles (_tiles_in_unit; a head's
     n_row_blocks tiles of two consumers' rows, units in all): two consumer warpgroups and a
     producer warp each (warp specialization)."""
@@ -387,6 +441,10 @@ def _attention_pingpong(q_desc, k_desc, v_desc, o_desc, m_ptr, n_row_blocks, uni
     k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
     o_smem = gl.allocate_shared_memory(dtype, [2] + o_desc.block_type.shape, o_desc.layout)
+    mask_tiles = ()
+    if MASK_TMA:  # the mask's descriptor and each consumer's ring of its tiles
+        mask_tiles = (m_desc, gl.allocate_shared_memory(dtype, [STAGES] + m_desc.block_type.shape, m_desc.layout),
+                      gl.allocate_shared_memory(dtype, [STAGES] + m_desc.block_type.shape, m_desc.layout))
     q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     q_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     k_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -406,11 +464,11 @@ def _attention_pingpong(q_desc, k_desc, v_desc, o_desc, m_ptr, n_row_blocks, uni
     mbarrier.arrive(turns.index(0))  # consumer 0 goes first
 
     args = ((q_desc, k_desc, v_desc, o_desc), (q_bars, q_free, k_bars, v_bars, k_free, v_free, turns),
-            (q_smem, k_smem, v_smem, o_smem),
+            (q_smem, k_smem, v_smem, o_smem), mask_tiles,
             (m_ptr, n_row_blocks, units, H, S, SK, scale_log2, sm_b, sm_h, sm_s, sm_k))
-    gl.warp_specialize([(_pingpong_consumer, (args, 0, CAUSAL, HAS_MASK, EVEN_KEYS, MASK_ALIGN)),
-                        (_pingpong_consumer, (args, 1, CAUSAL, HAS_MASK, EVEN_KEYS, MASK_ALIGN)),
-                        (_pingpong_producer, (args, 0, CAUSAL, HAS_MASK))], [4, 1], [CONSUMER_REGISTERS, 24])
+    gl.warp_specialize([(_pingpong_consumer, (args, 0, CAUSAL, HAS_MASK, EVEN_KEYS, MASK_ALIGN, MASK_TMA)),
+                        (_pingpong_consumer, (args, 1, CAUSAL, HAS_MASK, EVEN_KEYS, MASK_ALIGN, MASK_TMA)),
+                        (_pingpong_producer, (args, 0, CAUSAL, MASK_TMA))], [4, 1], [CONSUMER_REGISTERS, 24])
 
 
 def _mask_alignment(p):
@@ -420,6 +478,16 @@ def _mask_alignment(p):
         return 1
     offsets = (p.mask.data_ptr(), *(stride * p.mask.element_size() for stride in p.strides[12:15]))
     return min([16, *(offset & -offset for offset in offsets if offset)])  # the lowest set bit of each
+
+
+def _mask_descriptor(p, block_n, dtype):
+    """The mask as (B, H, S, Sk) in (1, 1, consumer rows, block_n) tiles; a broadcast batch or head
+    axis (stride 0) is an axis of size 1, read at 0 (_pingpong_producer), with a stride TMA accepts."""
+    sm_b, sm_h, sm_s, _ = p.strides[12:]
+    shape = [p.batch if sm_b else 1, p.heads if sm_h else 1, p.seq, p.seq_kv]
+    stride_h = sm_h or p.seq * sm_s
+    strides = [sm_b or shape[1] * stride_h, stride_h, sm_s, 1]
+    return _descriptor(p.mask, shape, strides, [1, 1, _CONSUMER_ROWS, block_n], dtype)
 
 
 def launch(task, config, inputs, outputs):
@@ -433,8 +501,11 @@ def launch(task, config, inputs, outputs):
     causal = p.flags["CAUSAL"]
     units = p.batch * p.heads * ((row_blocks + 1) // 2 if causal else row_blocks)  # pairs (_tiles_in_unit)
     grid = (min(units, _core_count(p.out, units)) if config["PERSISTENT"] else units,)
-    _attention_pingpong[grid](q_desc, k_desc, v_desc, o_desc, p.mask, row_blocks, units, p.heads, p.seq, p.seq_kv,
-                              p.scale_log2, *p.strides[12:], STAGES=config["STAGES"],
+    mask_align = _mask_alignment(p)
+    mask_tma = _mask_by_tma(task, config) and mask_align == 16 and p.strides[14] != 0
+    m_desc = _mask_descriptor(p, block_n, dtype) if mask_tma else None
+    _attention_pingpong[grid](q_desc, k_desc, v_desc, o_desc, m_desc, p.mask, row_blocks, units, p.heads, p.seq,
+                              p.seq_kv, p.scale_log2, *p.strides[12:], STAGES=config["STAGES"],
                               CAUSAL=causal, HAS_MASK=p.has_mask, EVEN_KEYS=p.seq_kv % block_n == 0,
-                              CONSUMER_REGISTERS=_CONSUMER_REGISTERS, MASK_ALIGN=_mask_alignment(p),
+                              CONSUMER_REGISTERS=_CONSUMER_REGISTERS, MASK_ALIGN=mask_align, MASK_TMA=mask_tma,
                               num_warps=4, maxnreg=_MAX_REGISTERS)
