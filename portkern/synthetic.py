@@ -138,12 +138,13 @@ def bmm_task(b: int, m: int, n: int, k: int, dtype: str = "float32") -> Task:
 
 def attention_task(batch: int, heads: int, seq: int, head_dim: int, dtype: str = "float32", *,
                    seq_kv: int | None = None, mask: bool = False, causal: bool = False,
-                   k_transposed: bool = False, packed_heads: bool = False, padding_mask: bool = False) -> Task:
+                   k_transposed: bool = False, packed_heads: bool = False,
+                   mask_shape: tuple[int, int, int, int] | None = None) -> Task:
     """softmax(q @ k^T * (1/sqrt(D)) [+ mask] [+ causal]) @ v, as BERT-style exports spell it.
     packed_heads: q, k, v arrive as (B, S, H, D) and the output leaves as one, through the
     head-split and merge Transposes a backend with folds_attention_transposes folds in.
-    The mask is (B, 1, S, Sk), or with padding_mask (B, 1, 1, Sk): one row for all queries, as
-    encoders' key-padding masks are exported."""
+    mask_shape: the mask's, broadcast over the scores' (B, H, S, Sk); (B, 1, S, Sk) by default. An
+    encoder's key-padding mask is (B, 1, 1, Sk): one row for all queries."""
     builder = GraphBuilder("attention", dtype)
     sk = seq if seq_kv is None else seq_kv
     if causal and sk < seq:
@@ -170,8 +171,7 @@ def attention_task(batch: int, heads: int, seq: int, head_dim: int, dtype: str =
     scores = builder.op("MatMul", [q, kt], scores_shape)
     scores = builder.op("Mul", [scores, builder.constant(1.0 / math.sqrt(head_dim))], scores_shape)
     if mask:
-        mask_shape = (batch, 1, 1 if padding_mask else seq, sk)
-        scores = builder.op("Add", [scores, builder.input("mask", mask_shape)], scores_shape)
+        scores = builder.op("Add", [scores, builder.input("mask", mask_shape or (batch, 1, seq, sk))], scores_shape)
     if causal:
         allowed = np.arange(sk)[None, :] <= np.arange(seq)[:, None] + (sk - seq)
         lowest = ml_dtypes.finfo(dtype).min

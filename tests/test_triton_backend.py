@@ -446,7 +446,7 @@ def test_attention_pingpong_runs_two_consumers_and_a_producer_within_its_estimat
     module = kernel_module(variant, interpret=False)
     plain = synthetic.attention_task(4, 32, 2048, 128, "float16", causal=True)
     bert = synthetic.attention_task(2, 4, 128, 64, "float16", k_transposed=True, mask=True, packed_heads=True)
-    padding = synthetic.attention_task(2, 4, 128, 64, "float16", mask=True, padding_mask=True)
+    padding = synthetic.attention_task(2, 4, 128, 64, "float16", mask=True, mask_shape=(2, 1, 1, 128))
     for task, config in ((masked, variant.default), (plain, variant.default), (bert, variant.default),
                          (padding, variant.default),
                          (masked, {**variant.default, "BLOCK_N": 64, "STAGES": 3, "PERSISTENT": False})):

@@ -58,11 +58,12 @@ CASES: dict[str, list[Callable[[str], Task]]] = {
         lambda dt: synthetic.attention_task(1, 1, 70, 32, dt, mask=True, causal=True),
         # three 128-row query tiles under a causal mask: attention_pingpong pairs the first with the last
         lambda dt: synthetic.attention_task(1, 2, 300, 16, dt, causal=True),
-        # masks with rows of whole 16 bytes: attention_pingpong loads them by TMA (with K), a
-        # key-padding mask (one row for all queries) from global memory
+        # masks with rows of whole 16 bytes: attention_pingpong loads them by TMA (with K; the third's
+        # batch axis broadcast, its heads not), a key-padding mask (one row for all queries) from global memory
         lambda dt: synthetic.attention_task(2, 2, 24, 16, dt, seq_kv=40, mask=True, causal=True),
         lambda dt: synthetic.attention_task(2, 3, 16, 16, dt, k_transposed=True, mask=True, packed_heads=True),
-        lambda dt: synthetic.attention_task(2, 2, 12, 16, dt, seq_kv=32, mask=True, padding_mask=True),
+        lambda dt: synthetic.attention_task(2, 2, 16, 16, dt, seq_kv=24, mask=True, mask_shape=(1, 2, 16, 24)),
+        lambda dt: synthetic.attention_task(2, 2, 12, 16, dt, seq_kv=32, mask=True, mask_shape=(2, 1, 1, 32)),
     ],
     "conv2d": [
         lambda dt: synthetic.conv2d_task(2, 5, 9, 7, 6, 3, 3, dt, pad=1, activation="relu"),
