@@ -158,8 +158,8 @@ def _mask_block(mask_base, rows_left, start, SK, sm_s, sm_k, BLOCK_M: gl.constex
     row; rows_left of them in range) in the scores' layout, for a mask TMA cannot bring (_mask_by_tma;
     by TMA, BERT's masked attention ran 1.3x faster still: h100-attention-mask-tma-committed-ab-
     2026-12-06.log). Read 16 bytes a thread in row-major order, it moves into the wgmma layout
-    through shared memory; read in that layout (4 bytes a thread, each
-    32-byte sector in parts) BERT's masked attention took 1.1x longer. MASK_ALIGN, the alignment of
+    through shared memory; read in that layout (4 bytes a thread, each 32-byte sector in parts)
+    BERT's masked attention took 1.1x longer. MASK_ALIGN, the alignment of
     the mask's rows in bytes, comes from the launch: a warp-specialized partition other than the
     first does not see the divisibility and contiguity of the pointer and strides, and the second
     consumer read 2 bytes at a time. Both fixed: 1.25x on BERT's masked attention in CUDA graphs on
@@ -217,6 +217,16 @@ def _scores_to_probs(s, m_i, l_i, start, unmasked_end, rows, first_row, mask_src
 
 
 @gluon.jit
+def _mask_source(mask_base, slot, MASK_TMA: gl.constexpr):
+    """What _scores_to_probs reads a key block's mask from: with MASK_TMA the block's tile in the
+    consumer's ring (mask_base), else the consumer's first mask row in global memory (mask_base)."""
+    source = mask_base
+    if MASK_TMA:
+        source = mask_base.index(slot)
+    return source
+
+
+@gluon.jit
 def _pv_operands(acc, p, alpha, v_bars, ring_index, stages: gl.constexpr, dtype: gl.constexpr):
     """Ahead of a turn's p v (in a key step and in a tile's last turn): wait for ring entry
     ring_index's values, rescale the accumulator by alpha, move p into the wgmma's register operand."""
@@ -253,9 +263,7 @@ def _key_step(j, carry, q, s_zero, ring, turns, masks, HAS_MASK: gl.constexpr, C
     mbarrier.arrive(their_turn)
     s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # the scores are done; p v may still run
     mbarrier.arrive(k_free.index(slot))
-    mask_src = mask_base
-    if MASK_TMA:
-        mask_src = mask_base.index(slot)
+    mask_src = _mask_source(mask_base, slot, MASK_TMA)
     p, alpha, m_i, l_i = _scores_to_probs(s, m_i, l_i, j * block_n, unmasked_end, rows, first_row, mask_src, S,
                                           SK, scale_log2, sm_s, sm_k, HAS_MASK, CAUSAL, EDGE, col_layout,
                                           MASK_ALIGN, MASK_TMA)
@@ -378,9 +386,7 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
             turn_count += 1
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
             mbarrier.arrive(k_free.index(slot))
-            mask_src = mask_base
-            if MASK_TMA:
-                mask_src = mask_base.index(slot)
+            mask_src = _mask_source(mask_base, slot, MASK_TMA)
             p, alpha, m_i, l_i = _scores_to_probs(s, m_i, l_i, 0, unmasked_end, rows, first_row, mask_src, S, SK,
                                                   scale_log2, sm_s, sm_k, HAS_MASK, CAUSAL, edges, col_layout,
                                                   MASK_ALIGN, MASK_TMA)
