@@ -59,10 +59,11 @@ CASES: dict[str, list[Callable[[str], Task]]] = {
         # three 128-row query tiles under a causal mask: attention_pingpong pairs the first with the last
         lambda dt: synthetic.attention_task(1, 2, 300, 16, dt, causal=True),
         # masks with rows of whole 16 bytes: attention_pingpong loads them by TMA (with K; the third's
-        # batch axis broadcast, its heads not), a key-padding mask (one row for all queries) from global memory
+        # batch axis broadcast, its heads not, its keys ending inside the second or third key block),
+        # a key-padding mask (one row for all queries) from global memory
         lambda dt: synthetic.attention_task(2, 2, 24, 16, dt, seq_kv=40, mask=True, causal=True),
         lambda dt: synthetic.attention_task(2, 3, 16, 16, dt, k_transposed=True, mask=True, packed_heads=True),
-        lambda dt: synthetic.attention_task(2, 2, 16, 16, dt, seq_kv=24, mask=True, mask_shape=(1, 2, 16, 24)),
+        lambda dt: synthetic.attention_task(2, 2, 16, 16, dt, seq_kv=136, mask=True, mask_shape=(1, 2, 16, 136)),
         lambda dt: synthetic.attention_task(2, 2, 12, 16, dt, seq_kv=32, mask=True, mask_shape=(2, 1, 1, 32)),
     ],
     "conv2d": [

@@ -393,9 +393,11 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
             carry = (acc, p, alpha, m_i, l_i, turn_count)
             kv_ring = (k_smem, v_smem, k_bars, v_bars, k_free, v_free, kv_count)
             masks = (unmasked_end, rows, first_row, mask_base, S, SK, scale_log2, sm_s, sm_k)
-            if edges and HAS_MASK:
-                # one loop, each block checked at run time: two copies of a step that adds a mask
-                # spill ~100 accesses into each loop at BLOCK_N 128 (sm_90 build)
+            if edges and HAS_MASK and (CAUSAL or not MASK_TMA):
+                # one loop, each block checked at run time: two copies of a step that reads the mask
+                # from global memory spill ~100 accesses into each loop at BLOCK_N 128 (sm_90 build);
+                # with the mask by TMA they build clean, but the split timed 0.91x at BLOCK_N 128 on a
+                # masked causal case (H100; 1.04-1.08x where only the keys' end is an edge)
                 for j in range(1, n_blocks):
                     carry = _key_step(j, carry, q, s_zero, kv_ring, (my_turn, their_turn), masks, HAS_MASK,
                                       CAUSAL, True, MASK_ALIGN, MASK_TMA)
