@@ -397,7 +397,7 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
                 # one loop, each block checked at run time: two copies of a step that reads the mask
                 # from global memory spill ~100 accesses into each loop at BLOCK_N 128 (sm_90 build);
                 # with the mask by TMA they build clean, but the split timed 0.91x at BLOCK_N 128 on a
-                # masked causal case (H100; 1.04-1.08x where only the keys' end is an edge)
+                # masked causal case (H100; 1.01-1.06x where only the keys' end is an edge)
                 for j in range(1, n_blocks):
                     carry = _key_step(j, carry, q, s_zero, kv_ring, (my_turn, their_turn), masks, HAS_MASK,
                                       CAUSAL, True, MASK_ALIGN, MASK_TMA)
