@@ -11,9 +11,11 @@ test_triton_backend.py.
 """
 from __future__ import annotations
 
+import math
 import random
 from typing import Any, Callable
 
+import numpy as np
 import pytest
 import torch
 
@@ -175,6 +177,38 @@ def test_gemv_tensor_core_rows_refuse_the_lane_reduction() -> None:
     reason = BACKEND.check(Candidate.of(variant, {**variant.default, "REDUCE": "end", "SPLIT_K": 1}), task)
     assert reason is not None and "tensor cores" in reason
     assert _valid(variant, {**variant.default, "REDUCE": "step", "SPLIT_K": 1}, task)
+
+
+def _gelu64(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
+
+
+@pytest.mark.parametrize("activation, exact", [
+    ("gelu", _gelu64),
+    ("gelu_tanh", lambda x: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))),
+    ("silu", lambda x: x / (1.0 + np.exp(-x))),
+    ("sigmoid", lambda x: 1.0 / (1.0 + np.exp(-x))),
+    ("tanh", np.tanh),
+])
+def test_epilogue_activations_hold_float32_accuracy(activation: str, exact: Callable[[np.ndarray], np.ndarray]
+                                                    ) -> None:
+    """The fused epilogue's activations are approximations (A&S's erf, exp-based tanh and sigmoid, 1/d
+    as rsqrt(d)^2), rewritten for fewer instructions; a slip in a folded constant would hide
+    under the gate's tolerance, so each is checked alone: x through a float32 GEMM by the
+    identity, against float64, within 1e-6 x max(1, |x|) over [-12, 12], and finite out to 1e30."""
+    variant = VARIANTS["gemm_tiled"]
+    width = 64
+    x = np.concatenate([np.linspace(-12.0, 12.0, 47 * width), [-1e30, -1e6, 1e6, 1e30] * (width // 4)])
+    x = x.astype(np.float32).reshape(-1, width)
+    task = synthetic.gemm_task(x.shape[0], width, width, "float32", activation=activation)
+    artifact = Artifact(backend="triton", variant=variant.name, config=variant.default, source=variant.source)
+    out = BACKEND.empty(task.outputs[0], math.nan)
+    BACKEND.load(artifact, task)([BACKEND.to_device(x), BACKEND.to_device(np.eye(width, dtype=np.float32))], [out])
+    got = BACKEND.to_host(out).astype(np.float64)
+    with np.errstate(over="ignore"):
+        want = exact(x.astype(np.float64))
+    error = np.abs(got - want) / np.maximum(1.0, np.abs(x))
+    assert np.isfinite(got).all() and error.max() <= 1e-6, (activation, float(error.max()))
 
 
 @pytest.mark.parametrize("name, task", [
