@@ -1,4 +1,5 @@
-# --- included from _activation.py: the fused epilogue's activations, on fp32 tiles, and its residual ---
+# --- included from _activation.py: the activations of fused epilogues and elementwise chains (fp32), and the
+# epilogue's residual check ---
 def _residual_problem(task):
     """Why the task's residual cannot be read with the output's indices, or None (before compiling)."""
     if task.attr("residual", False) and task.inputs[-1].shape != task.outputs[0].shape:
@@ -42,6 +43,13 @@ def _gelu(x):
 
 
 @triton.jit
+def _gelu_tanh(x):
+    """x (1 + tanh(u)) / 2 with u = sqrt(2/pi) (x + 0.044715 x^3), as x sigmoid(2u): fewer
+    instructions, and no cancellation for x < 0."""
+    return x * _sigmoid(x * (1.5957691216057308 + 0.07135481627260025 * x * x))
+
+
+@triton.jit
 def _activate(x, ACTIVATION: tl.constexpr):
     """The activations partition.py recognises, on an fp32 tile."""
     if ACTIVATION == "relu":
@@ -51,9 +59,7 @@ def _activate(x, ACTIVATION: tl.constexpr):
     elif ACTIVATION == "gelu":
         x = _gelu(x)
     elif ACTIVATION == "gelu_tanh":
-        # (1 + tanh(u)) / 2 = sigmoid(2u) with u = sqrt(2/pi) (x + 0.044715 x^3): fewer
-        # instructions, and no cancellation for x < 0
-        x = x * _sigmoid(x * (1.5957691216057308 + 0.07135481627260025 * x * x))
+        x = _gelu_tanh(x)
     elif ACTIVATION == "silu":
         x = x * _sigmoid(x)
     elif ACTIVATION == "sigmoid":
