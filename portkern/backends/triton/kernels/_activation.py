@@ -9,10 +9,9 @@ def _residual_problem(task):
 
 @triton.jit
 def _reciprocal(d):
-    """1 / d for d >= 1 (0 past 2^126, where 1/d leaves fp32's normal range, and at +inf):
-    rsqrt(d)^2 is one MUFU.RSQ and a multiply where fp32 division compiles to about nine
-    instructions (div.full's range fix-ups), within ~3e-7 relative error (div.full's is 2 ulp);
-    activations in a GEMM epilogue run once per output element."""
+    """1 / d for d >= 1, +inf included (0): rsqrt(d)^2 is one MUFU.RSQ and a multiply where fp32
+    division compiles to about nine instructions (div.full's range fix-ups), within ~3e-7 relative
+    error (div.full's is 2 ulp); activations in a GEMM epilogue run once per output element."""
     root = tl.math.rsqrt(d)
     return root * root
 
