@@ -7,6 +7,7 @@ a constraints bug). The matrix variants also build HSACO for gfx942 (MI300X).
 """
 from __future__ import annotations
 
+import collections
 import importlib.util
 import io
 import json
@@ -361,7 +362,9 @@ def test_grid_benchmark_parses_and_plans_without_a_gpu(capsys: pytest.CaptureFix
 def test_variant_ab_gates_and_times_both_versions_of_a_kernel(tmp_path: Path) -> None:
     """variant_ab.py judges a kernel change: the library's kernel and another text of it (an earlier
     commit's, or an experiment's file in place of the library's) each pass the verification gate
-    before either is timed; a version that computes wrong values is reported as such, with no time."""
+    before either is timed; a version that computes wrong values is reported as such, with no time.
+    The base may also be another built-in kernel in a config of its own (a new variant against the
+    one kept today)."""
     ab = _ops_script("variant_ab")
     library = next(v for v in builtin_variants() if v.name == "softmax_online")
     text = (Path(__file__).resolve().parents[1] / "portkern/backends/triton/kernels/softmax_online.py").read_text()
@@ -370,12 +373,15 @@ def test_variant_ab_gates_and_times_both_versions_of_a_kernel(tmp_path: Path) ->
     correct.write_text(text)
     wrong.write_text(text.replace("* inv_sum", "* inv_sum * 0.5"))
     for versions, statuses in ((["--base", correct], ("ok", "ok")), (["--base", wrong], ("wrong", "ok")),
-                               (["--base", correct, "--new", wrong], ("ok", "wrong"))):
+                               (["--base", correct, "--new", wrong], ("ok", "wrong")),
+                               (["--base-variant", "softmax_onepass", "--base-config", '{"num_warps": 2}'],
+                                ("ok", "ok"))):
         assert ab.main(["--variant", "softmax_online", *map(str, versions), "--suite", "memory", "--smoke",
                         "--filter", "softmax", "--out", str(out)]) == 0
         row = json.loads(out.read_text())["rows"][0]
         assert (row["base"]["status"], row["new"]["status"]) == statuses
         assert ("new_vs_base" in row) == (statuses == ("ok", "ok"))
+        assert row["base_config"] == ({"num_warps": 2} if "--base-variant" in versions else row["config"])
         assert all(len(row[label]["harness"]) == 2 for label in ("base", "new") if row[label]["status"] == "ok")
 
 
@@ -564,6 +570,47 @@ def test_gemm_wgmma_keeps_two_products_in_flight_and_needs_a_gpu_to_run() -> Non
         artifact = Artifact(backend="triton", variant=variant.name, config=variant.default, source=variant.source)
         with pytest.raises(InterpreterLimitError, match="Gluon"):
             backend.load(artifact, task)
+
+
+def test_gemm_pingpong_gives_each_consumer_whole_tiles_and_stores_by_tma() -> None:
+    """gemm_pingpong (Gluon) builds for sm_90 in 12 warps: two consumer warpgroups, each issuing a
+    whole tile's products (a 128-row tile is two 64-row wgmma a K step) with one group left in
+    flight, and a loader warp. Each consumer stores its tile by TMA after the fused epilogue (GELU:
+    two MUFU an element), reads the bias 4 bytes a thread in the second consumer too, spills nothing,
+    and uses no more shared memory than it declares. It refuses what it cannot serve; without a GPU
+    it is cross-compiled, never run."""
+    backend = BACKENDS["sm_90"]
+    mix = _ops_script("sass_loop_mix")
+    ffn = synthetic.gemm_task(128, 3072, 768, "float16", bias=True, activation="gelu", batch=(32,))
+    down = synthetic.gemm_task(4096, 768, 3072, "bfloat16", trans_b=True, bias=True, residual=True)
+    variant = next(v for v in backend.variants(ffn, runnable_here=False) if v.name == "gemm_pingpong")
+    module = kernel_module(variant, interpret=False)
+    for task, config, rows_per_step in ((ffn, variant.default, 2),
+                                        (down, {**variant.default, "BLOCK_M": 64, "BLOCK_N": 256}, 1)):
+        kernel = compile_for(Candidate.of(variant, config), task, "sm_90")["kernels"][0]
+        assert kernel["num_warps"] == 12 and kernel["n_spills"] == 0 and _wait_groups(kernel) == {"0", "1"}
+        assert kernel["shared"] <= module.shared_memory(task, config)
+        ops = collections.Counter(op.split()[0] for _, op, _ in mix.sass(kernel["asm"]["cubin"]))
+        steps = config["BLOCK_K"] // 16
+        assert sum(n for op, n in ops.items() if op.startswith("HGMMA")) == 2 * rows_per_step * steps
+        assert {op for op in ops if op.startswith(("STG", "UTMASTG"))} == {"UTMASTG.2D"}
+        elements = config["BLOCK_M"] * config["BLOCK_N"] // 128  # a consumer thread's share of the tile
+        bias_loads = 2 * config["BLOCK_N"] // 8  # two fp16 columns of every 8 a thread, per consumer
+        if task is ffn:
+            assert ops["LDG.E"] == bias_loads and ops["MUFU.EX2"] == ops["MUFU.RSQ"] == 2 * elements
+        else:  # the residual: the tile's elements two at a time
+            assert ops["LDG.E"] == bias_loads + 2 * elements // 2
+    target = backend.target
+    refused = {name: module.constraints(task, variant.default, target) for name, task in {
+        "float32": synthetic.gemm_task(256, 256, 256, "float32"),
+        "rows of 100 halves": synthetic.gemm_task(256, 256, 100, "float16"),
+    }.items()}
+    assert "float16/bfloat16" in refused["float32"] and "aligned" in refused["rows of 100 halves"]
+    assert "registers" in module.constraints(ffn, {**variant.default, "BLOCK_N": 256}, target)
+    small = {**variant.default, "BLOCK_N": 64, "STAGES": 2}  # within an A100's shared memory
+    assert "sm_90" in BACKENDS["sm_80"].check(Candidate.of(variant, small), ffn)
+    if not torch.cuda.is_available():
+        assert backend.check(Candidate.of(variant, variant.default), ffn).startswith("needs a GPU")
 
 
 def test_time_once_and_fingerprint() -> None:

@@ -10,6 +10,12 @@ one input set (what a graph-captured model sees; GPUs only); torch eager is time
     git show HEAD:portkern/backends/triton/kernels/attention_pingpong.py > /tmp/base.py
     python benchmarks/ops/variant_ab.py --variant attention_pingpong --base /tmp/base.py --suite attention \\
         --configs '[{}, {"STAGES": 3}]' --out ab.json
+
+The base can also be another built-in kernel in one config (--base-variant, --base-config): a new
+variant judged against the kernel the search keeps today.
+
+    python benchmarks/ops/variant_ab.py --variant gemm_pingpong --base-variant gemm_tma --suite gemm \\
+        --configs '[{}, {"BLOCK_N": 256, "BLOCK_M": 64}]' --out ab.json
 """
 from __future__ import annotations
 
@@ -62,7 +68,10 @@ def gated_program(backend: Any, variant: Variant, config: dict[str, Any], task: 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variant", required=True, help="a built-in kernel's name (kernels/NAME.py)")
-    parser.add_argument("--base", type=Path, required=True, help="the other version's kernel file")
+    base = parser.add_mutually_exclusive_group(required=True)
+    base.add_argument("--base", type=Path, help="the other version's kernel file")
+    base.add_argument("--base-variant", help="another built-in kernel as the base, in --base-config")
+    parser.add_argument("--base-config", default="{}", help="JSON: the base's config over its DEFAULT (every case)")
     parser.add_argument("--new", type=Path, help="the version to judge, if not the library's")
     parser.add_argument("--suite", default="attention", help="bench_ops suites, comma-separated")
     parser.add_argument("--filter", default="", help="only cases whose name contains this")
@@ -75,11 +84,14 @@ def main(argv: list[str] | None = None) -> int:
     measure = MeasureOptions(warmup=5, repeats=50, input_sets=3) if not args.smoke else MeasureOptions(1, 3, 3)
     target = load_target(args.target)
     backend = get_backend(target)
-    library = next((v for v in builtin_variants() if v.name == args.variant), None)
-    if library is None:
-        parser.error(f"no built-in kernel named '{args.variant}'")
-    new = builtin_variant(args.variant, args.new.read_text()) if args.new else library
-    versions = {"base": builtin_variant(args.variant, args.base.read_text()), "new": new}
+    library = {v.name: v for v in builtin_variants()}
+    for name in (args.variant, args.base_variant):
+        if name is not None and name not in library:
+            parser.error(f"no built-in kernel named '{name}'")
+    new = builtin_variant(args.variant, args.new.read_text()) if args.new else library[args.variant]
+    base = library[args.base_variant] if args.base_variant else builtin_variant(args.variant, args.base.read_text())
+    base_config = json.loads(args.base_config) if args.base_variant else None
+    versions = {"base": base, "new": new}
     rows = []
     for suite in args.suite.split(","):
         for name, task in suites(args.smoke)[suite]:
@@ -91,7 +103,10 @@ def main(argv: list[str] | None = None) -> int:
             for config in json.loads(args.configs):
                 row: dict[str, Any] = {"case": name, "task": task.describe(), "config": config,
                                        "floor_seconds": floor_seconds(task, target), "torch_eager_s": eager_s}
-                gated = {label: gated_program(backend, variant, config, task) for label, variant in versions.items()}
+                configs = {"base": config if base_config is None else base_config, "new": config}
+                row["base_config"] = configs["base"]
+                gated = {label: gated_program(backend, variant, configs[label], task)
+                         for label, variant in versions.items()}
                 runs = {label: run for label, (_, run) in gated.items()}
                 order = list(gated.values())
                 for programs in (order, order[::-1]):  # A B B A: drift and position cancel in the pair
@@ -112,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     new_name = args.new or "the library's"
-    write_record(args.out, f"A/B of {args.variant}: {args.base} (base) vs {new_name} (new)", rows)
+    base_name = f"{args.base_variant} {base_config}" if args.base_variant else args.base
+    write_record(args.out, f"A/B of {args.variant}: {base_name} (base) vs {new_name} (new)", rows)
     return 0
 
 

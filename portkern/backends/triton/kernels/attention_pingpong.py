@@ -51,13 +51,12 @@ NEEDS_GPU = "Gluon kernels cannot run in the Triton interpreter"
 
 # include: device_cores
 
+# include: warp_roles
+
 SPACE = {"BLOCK_N": [64, 128], "STAGES": [2, 3], "PERSISTENT": [False, True]}
 DEFAULT = {"BLOCK_N": 128, "STAGES": 2, "PERSISTENT": True}
 _CONSUMER_ROWS = 64  # query rows of a consumer warpgroup (one wgmma's height); a tile is two
-_CONSUMER_REGISTERS = 240  # each consumer thread's, by setmaxnreg; the producer warp keeps 24
-_MAX_REGISTERS = 168  # the launch's per-thread cap: 2 x 128 x 240 + 128 x 24 fits 384 threads in 64K
 _MAX_HEAD_DIM = 128  # the accumulator and the scores of 64 rows in a consumer's 240 registers
-_BARRIER_BYTES = 512
 _MASK_SCRATCH_BYTES = 16384
 _SM90_SHARED_BYTES = 232448  # a program's shared memory on sm_90 (hwprofiles h100/h200: shared_mem_per_block)
 
@@ -476,7 +475,8 @@ def _attention_pingpong(q_desc, k_desc, v_desc, o_desc, m_desc, m_ptr, n_row_blo
             (m_ptr, n_row_blocks, units, H, S, SK, scale_log2, sm_b, sm_h, sm_s, sm_k))
     gl.warp_specialize([(_pingpong_consumer, (args, 0, CAUSAL, HAS_MASK, EVEN_KEYS, MASK_ALIGN, MASK_TMA)),
                         (_pingpong_consumer, (args, 1, CAUSAL, HAS_MASK, EVEN_KEYS, MASK_ALIGN, MASK_TMA)),
-                        (_pingpong_producer, (args, 0, CAUSAL, MASK_TMA))], [4, 1], [CONSUMER_REGISTERS, 24])
+                        (_pingpong_producer, (args, 0, CAUSAL, MASK_TMA))], [4, 1],
+                       [CONSUMER_REGISTERS, _LOADER_REGISTERS])
 
 
 def _mask_alignment(p):

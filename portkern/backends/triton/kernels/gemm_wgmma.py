@@ -29,11 +29,7 @@ PRECISION = "fp32"
 DOT_PRECISION = "ieee"
 NEEDS_GPU = "Gluon kernels cannot run in the Triton interpreter"
 
-# include: gemm_common
-
-# include: tma
-
-# include: gluon_descriptors
+# include: gluon_gemm
 
 SPACE = {"BLOCK_M": [128, 192], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "GROUP_M": [1, 8],
          "num_warps": [4, 8], "num_stages": [2, 3, 4, 5]}
@@ -43,16 +39,11 @@ _ACCUMULATOR_REGISTERS = 192  # per thread: 192 x 128 in one warpgroup keeps its
 
 
 def constraints(task, config, target):
-    out = task.outputs[0]
-    if task.dtype not in _GL_DTYPES or out.dtype != task.dtype:
-        return f"gemm_wgmma multiplies float16/bfloat16 into the same type, not {task.dtype} -> {out.dtype}"
     threads = config["num_warps"] * target.profile.warp_size
     if config["BLOCK_M"] * config["BLOCK_N"] > _ACCUMULATOR_REGISTERS * threads:
         return (f"a {config['BLOCK_M']}x{config['BLOCK_N']} fp32 accumulator over {threads} threads needs > "
                 f"{_ACCUMULATOR_REGISTERS} registers each")
-    if not _row_aligned(out.shape[-1], out.dtype):
-        return f"output rows of {out.shape[-1]} {out.dtype} are not {_ROW_BYTES}-byte aligned for a TMA store"
-    return _tma_problem(task, target) or _residual_problem(task)
+    return _gluon_gemm_problem(task, target, "gemm_wgmma")
 
 
 def shared_memory(task, config):
