@@ -94,14 +94,20 @@ def _dot_tile(acc, a_ptr, b_ptr, rows, cols, M, N, k_lo, k_hi, stride_am, stride
 def _epilogue(acc, bias_ptr, res_ptr, rows, cols, M, N, stride_rm, stride_rn, ACTIVATION: tl.constexpr,
               HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
     """act(acc + bias) + residual (partition.py's gemm order), in fp32."""
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
-    acc = _activate(acc, ACTIVATION)
+    acc = _bias_activation(acc, bias_ptr, cols, N, ACTIVATION, HAS_BIAS)
     if HAS_RESIDUAL:
         mask = (rows[:, None] < M) & (cols[None, :] < N)
         acc += tl.load(res_ptr + rows[:, None].to(tl.int64) * stride_rm + cols[None, :] * stride_rn, mask=mask,
                        other=0.0).to(tl.float32)
     return acc
+
+
+@triton.jit
+def _bias_activation(acc, bias_ptr, cols, N, ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """act(acc + bias), the epilogue before its residual."""
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+    return _activate(acc, ACTIVATION)
 
 
 @triton.jit

@@ -10,3 +10,10 @@ def _descriptor(t, shape, strides, block, dtype):
     if key not in _LAYOUTS:
         _LAYOUTS[key] = gl.NVMMASharedLayout.get_default_for(list(block), _GL_DTYPES[dtype])
     return GluonDescriptor(t, list(shape), list(strides), list(block), _LAYOUTS[key])
+
+
+def _byte_alignment(*offsets):
+    """The bytes (16 at most) that a pointer and its strides in bytes are all multiples of: a
+    worker partition of gl.warp_specialize does not see the divisibility the JIT gave its
+    arguments (Triton 3.6), so a kernel passes this and restates it with gl.multiple_of."""
+    return min([16, *(offset & -offset for offset in offsets if offset)])  # the lowest set bit of each

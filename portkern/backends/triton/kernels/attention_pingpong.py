@@ -484,8 +484,7 @@ def _mask_alignment(p):
     multiples of, or 1 where its key axis is not contiguous (_mask_block)."""
     if not p.has_mask or p.strides[15] != 1:
         return 1
-    offsets = (p.mask.data_ptr(), *(stride * p.mask.element_size() for stride in p.strides[12:15]))
-    return min([16, *(offset & -offset for offset in offsets if offset)])  # the lowest set bit of each
+    return _byte_alignment(p.mask.data_ptr(), *(stride * p.mask.element_size() for stride in p.strides[12:15]))
 
 
 def _mask_descriptor(p, block_n, dtype):
