@@ -438,8 +438,8 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
 @gluon.jit
 def _attention_pingpong(q_desc, k_desc, v_desc, o_desc, m_desc, m_ptr, n_row_blocks, units, H, S, SK, scale_log2,
                         sm_b, sm_h, sm_s, sm_k, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                        HAS_MASK: gl.constexpr, EVEN_KEYS: gl.constexpr, CONSUMER_REGISTERS: gl.constexpr,
-                        MASK_ALIGN: gl.constexpr, MASK_TMA: gl.constexpr):
+                        HAS_MASK: gl.constexpr, EVEN_KEYS: gl.constexpr, MASK_ALIGN: gl.constexpr,
+                        MASK_TMA: gl.constexpr):
     """Programs from program_id by num_programs over the units of tiles (_tiles_in_unit; a head's
     n_row_blocks tiles of two consumers' rows, units in all): two consumer warpgroups and a
     producer warp each (warp specialization)."""
@@ -476,7 +476,7 @@ def _attention_pingpong(q_desc, k_desc, v_desc, o_desc, m_desc, m_ptr, n_row_blo
     gl.warp_specialize([(_pingpong_consumer, (args, 0, CAUSAL, HAS_MASK, EVEN_KEYS, MASK_ALIGN, MASK_TMA)),
                         (_pingpong_consumer, (args, 1, CAUSAL, HAS_MASK, EVEN_KEYS, MASK_ALIGN, MASK_TMA)),
                         (_pingpong_producer, (args, 0, CAUSAL, MASK_TMA))], [4, 1],
-                       [CONSUMER_REGISTERS, _LOADER_REGISTERS])
+                       [_CONSUMER_REGISTERS, _LOADER_REGISTERS])
 
 
 def _mask_alignment(p):
@@ -514,5 +514,4 @@ def launch(task, config, inputs, outputs):
     _attention_pingpong[grid](q_desc, k_desc, v_desc, o_desc, m_desc, p.mask, row_blocks, units, p.heads, p.seq,
                               p.seq_kv, p.scale_log2, *p.strides[12:], STAGES=config["STAGES"],
                               CAUSAL=causal, HAS_MASK=p.has_mask, EVEN_KEYS=p.seq_kv % block_n == 0,
-                              CONSUMER_REGISTERS=_CONSUMER_REGISTERS, MASK_ALIGN=mask_align, MASK_TMA=mask_tma,
-                              num_warps=4, maxnreg=_MAX_REGISTERS)
+                              MASK_ALIGN=mask_align, MASK_TMA=mask_tma, num_warps=4, maxnreg=_MAX_REGISTERS)

@@ -156,7 +156,7 @@ def _pingpong_consumer(args, which: gl.constexpr, GROUP_M: gl.constexpr, B_TRANS
 def _gemm_pingpong(a_desc, b_desc, c_desc, bias_ptr, res_ptr, M, N, K, tiles, stride_rm, stride_rn,
                    GROUP_M: gl.constexpr, B_TRANSPOSED: gl.constexpr, STAGES: gl.constexpr,
                    ACTIVATION: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
-                   RES_ALIGN: gl.constexpr, CONSUMER_REGISTERS: gl.constexpr):
+                   RES_ALIGN: gl.constexpr):
     """Programs from program_id by num_programs over the tiles (GROUP_M row blocks at a time): two
     consumer warpgroups and a loader warp each (warp specialization)."""
     dtype: gl.constexpr = a_desc.dtype
@@ -179,7 +179,8 @@ def _gemm_pingpong(a_desc, b_desc, c_desc, bias_ptr, res_ptr, M, N, K, tiles, st
                                               RES_ALIGN)),
                         (_pingpong_consumer, (args, 1, GROUP_M, B_TRANSPOSED, ACTIVATION, HAS_BIAS, HAS_RESIDUAL,
                                               RES_ALIGN)),
-                        (_pingpong_loader, (args, GROUP_M, B_TRANSPOSED))], [4, 1], [CONSUMER_REGISTERS, _LOADER_REGISTERS])
+                        (_pingpong_loader, (args, GROUP_M, B_TRANSPOSED))], [4, 1],
+                       [_CONSUMER_REGISTERS, _LOADER_REGISTERS])
 
 
 def launch(task, config, inputs, outputs):
@@ -197,5 +198,4 @@ def launch(task, config, inputs, outputs):
     _gemm_pingpong[(min(tiles, _core_count(out, tiles)),)](
         a_desc, b_desc, c_desc, p.bias, p.residual, p.M, p.N, p.K, tiles, stride_rm, stride_rn,
         GROUP_M=config["GROUP_M"], B_TRANSPOSED=bool(task.attr("trans_b", False)), STAGES=config["STAGES"],
-        **p.epilogue, RES_ALIGN=res_align, CONSUMER_REGISTERS=_CONSUMER_REGISTERS, num_warps=4,
-        maxnreg=_MAX_REGISTERS)
+        **p.epilogue, RES_ALIGN=res_align, num_warps=4, maxnreg=_MAX_REGISTERS)
