@@ -59,7 +59,11 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("--llm-max-requests", type=int, default=32, help="HTTP requests per tune (retries count)")
     tune.add_argument("--llm-max-tokens", type=int, default=400_000, help="tokens per tune")
     tune.add_argument("--llm-timeout", type=float, default=120.0, help="seconds per request")
-    tune.add_argument("--trial-timeout", type=float, default=300.0)
+    tune.add_argument("--trial-timeout", type=float, default=300.0,
+                      help="seconds a trial may take: compile, gate and timing (default 300)")
+    tune.add_argument("--kernel-timeout", type=float, default=60.0,
+                      help="seconds a trial's kernel runs (gate and timing) may take before the kernel is killed "
+                           "as hung; 0: the trial limit only (default 60; not applied to interpreted kernels)")
     tune.add_argument("--compile-workers", type=int, default=0,
                       help="processes that compile candidates ahead of the measuring worker (they launch nothing)")
     tune.add_argument("--allow-tf32", action="store_true",
@@ -220,6 +224,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         work_dir=Path(args.work_dir) if args.work_dir else None, resume=args.resume, proposers=proposers,
         llm_endpoint=args.llm_endpoint, llm_model=args.llm_model, llm_max_requests=args.llm_max_requests,
         llm_max_tokens=args.llm_max_tokens, llm_timeout_s=args.llm_timeout, trial_timeout_s=args.trial_timeout,
+        kernel_timeout_s=args.kernel_timeout or None,
         compile_workers=args.compile_workers, priors=not args.no_priors, allow_tf32=args.allow_tf32,
         max_tasks=args.max_tasks, seed=args.seed)
     progress = None if args.quiet or args.json else (lambda line: print(line, file=sys.stderr, flush=True))

@@ -58,6 +58,9 @@ class TuneOptions:
     llm_timeout_s: float = 120.0
     isolate: bool = True  # build/verify/time in a worker process (required for generated code)
     trial_timeout_s: float = 300.0
+    # a trial's kernel runs (gate and timing, once its references are ready) past this are killed as
+    # hung; None: the trial limit only. Not applied where the backend interprets kernels
+    kernel_timeout_s: float | None = 60.0
     compile_workers: int = 0  # processes compiling candidates ahead of the measuring worker
     priors: bool = True  # seed studies with the target's shipped priors (priors.py)
     allow_tf32: bool = False  # float32 tasks may take tf32 kernels (opt-in, as torch's allow_tf32)
@@ -257,6 +260,9 @@ def _run_tune(model_path: Path, options: TuneOptions, out: Path | None,
               progress: Progress | None = None) -> TuneReport:
     if options.compile_workers < 0:
         raise PortkernError(f"--compile-workers must be 0 or more, not {options.compile_workers}")
+    if options.kernel_timeout_s is not None and options.kernel_timeout_s <= 0:
+        raise PortkernError(f"--kernel-timeout must be positive (0 on the command line: none), "
+                            f"not {options.kernel_timeout_s}")
     started = time.time()
 
     def say(line: str) -> None:  # each line says when, in seconds since the tune started
@@ -279,8 +285,9 @@ def _run_tune(model_path: Path, options: TuneOptions, out: Path | None,
 
     unique = summarize(tasks)
     outcomes: list[TaskOutcome] = []
-    runner_cm = (IsolatedRunner(target, options.trial_timeout_s, work_dir / "scratch") if options.isolate
-                 else InProcessRunner(backend))
+    kernel_timeout = None if backend.interprets_kernels else options.kernel_timeout_s
+    runner_cm = (IsolatedRunner(target, options.trial_timeout_s, work_dir / "scratch", kernel_timeout_s=kernel_timeout)
+                 if options.isolate else InProcessRunner(backend))
     pool_cm = (CompilePool(target, options.compile_workers, options.trial_timeout_s, work_dir / "scratch")
                if options.compile_workers > 0 else contextlib.nullcontext())
     with runner_cm as runner, pool_cm as pool:

@@ -24,6 +24,7 @@ of those doors; the verdict keeps the evidence (seeds, distributions, errors, to
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -195,20 +196,44 @@ class _Failed(Exception):
         self.check = check
 
 
+@dataclass(frozen=True)
+class GateReferences:
+    """What one gate run compares against, per check: its inputs' reference and the reference of
+    the new values written in place. Computed before any kernel runs, so a trial can bound its
+    kernel runs apart from them (a large task's reference costs seconds)."""
+
+    checks: list[tuple[_Reference, _Reference]]
+
+    @property
+    def seconds(self) -> float:
+        """What computing them took (cached or not): an output that misses its tolerance costs
+        one more reference run of its set (its sensitivity), so at most this again."""
+        distinct = {id(reference): reference for pair in self.checks for reference in pair}
+        return sum(reference.seconds for reference in distinct.values())
+
+
+def gate_references(backend: Backend, task: Task, options: GateOptions = GateOptions()) -> GateReferences:
+    """The references `verify` needs for these options, from the cache or computed now."""
+    inputs = list(zip(options.seeds, _cycle(options.distributions, len(options.seeds))))
+    # each check's in-place values are the next check's inputs (their reference is needed anyway);
+    # a single check makes a set of its own for it
+    in_place = inputs[1:] + inputs[:1] if len(inputs) > 1 else [(seed + 1000, dist) for seed, dist in inputs]
+    return GateReferences([(_references.get(backend, task, *now), _references.get(backend, task, *then))
+                           for now, then in zip(inputs, in_place)])
+
+
 def verify(backend: Backend, program: Program, task: Task, precision: str,
-           options: GateOptions = GateOptions()) -> Verdict:
-    """Run the gate on a loaded program. Exceptions from the program are verdicts, not crashes."""
+           options: GateOptions = GateOptions(), references: GateReferences | None = None) -> Verdict:
+    """Run the gate on a loaded program (on `references`, computed from `options` if not given).
+    Exceptions from the program are verdicts, not crashes."""
     tol = tolerance_for(precision, task)
     checks: list[dict[str, Any]] = []
     verdict = Verdict(passed=False, reason="", precision=precision, tolerance={"rel_l2": tol,
                       "norm_max": tol * MAX_ERROR_FACTOR}, checks=checks)
-    inputs = list(zip(options.seeds, _cycle(options.distributions, len(options.seeds))))
-    # each check's in-place values are the next check's inputs (their reference is needed anyway:
-    # a large task's reference costs seconds); a single check makes a set of its own for it
-    in_place = inputs[1:] + inputs[:1] if len(inputs) > 1 else [(seed + 1000, dist) for seed, dist in inputs]
+    references = references or gate_references(backend, task, options)
     try:
-        for (seed, distribution), (new_seed, new_distribution) in zip(inputs, in_place):
-            checks.extend(_check_one(backend, program, task, tol, seed, distribution, new_seed, new_distribution))
+        for reference, fresh in references.checks:
+            checks.extend(_check_one(backend, program, task, tol, reference, fresh))
     except _Failed as failed:
         checks.append(failed.check)
         verdict.reason = failed.check["reason"]
@@ -269,6 +294,8 @@ class _Reference:
     refs: list[np.ndarray]  # float32 (rounding 6e-8, far below any tolerance), float64 for float64 outputs
     answers: list[np.ndarray]  # refs in the outputs' dtypes: what a kernel handing back stale memory finds
     seed: int
+    distribution: str
+    seconds: float  # computing refs
     _sensitivities: list[float] = field(default_factory=list, compare=False)  # filled on first use
 
     @property
@@ -303,10 +330,12 @@ class _ReferenceCache:
         if key in self._items:
             return self._items[key]
         inputs = make_inputs(task, seed, distribution)
+        start = time.perf_counter()
         refs = [r if spec.dtype == "float64" else r.astype(np.float32)
                 for r, spec in zip(backend.reference(task, inputs), task.outputs)]
+        seconds = time.perf_counter() - start
         answers = [r.astype(_numpy_dtype(spec.dtype)) for r, spec in zip(refs, task.outputs)]
-        item = _Reference(inputs, refs, answers, seed)
+        item = _Reference(inputs, refs, answers, seed, distribution, seconds)
         if item.nbytes <= self.max_bytes:
             while self._items and sum(i.nbytes for i in self._items.values()) + item.nbytes > self.max_bytes:
                 self._items.pop(next(iter(self._items)))
@@ -317,10 +346,9 @@ class _ReferenceCache:
 _references = _ReferenceCache()
 
 
-def _check_one(backend: Backend, program: Program, task: Task, tol: float, seed: int,
-               distribution: str, new_seed: int, new_distribution: str) -> list[dict[str, Any]]:
-    label = {"seed": seed, "distribution": distribution}
-    reference = _references.get(backend, task, seed, distribution)
+def _check_one(backend: Backend, program: Program, task: Task, tol: float, reference: _Reference,
+               fresh: _Reference) -> list[dict[str, Any]]:
+    label = {"seed": reference.seed, "distribution": reference.distribution}
     inputs = [backend.to_device(a) for a in reference.inputs]
     first = _run_once(backend, program, task, inputs, reference, {**label, "run": "fresh"})
     evidence = _check_against(backend, task, first, range(len(first)), reference, tol, {**label, "run": "fresh"})
@@ -334,10 +362,9 @@ def _check_one(backend: Backend, program: Program, task: Task, tol: float, seed:
                            "reason": f"two runs on the same inputs disagree: {agree['reason']}"})
         _check_against(backend, task, [b], [index], reference, tol, {**label, "run": "repeat"})
     # new values at the same addresses: a cache keyed by pointer or shape returns stale results
-    fresh = _references.get(backend, task, new_seed, new_distribution)
     for buffer, array in zip(inputs, fresh.inputs):
         backend.copy_into(buffer, array)
-    label_fresh = {**label, "run": f"in-place new values (seed {new_seed}, {new_distribution})"}
+    label_fresh = {**label, "run": f"in-place new values (seed {fresh.seed}, {fresh.distribution})"}
     host = _run_once(backend, program, task, inputs, fresh, label_fresh)
     _check_against(backend, task, host, range(len(host)), fresh, tol, label_fresh)
     return [{**label, "passed": True, "runs": ["fresh", "repeat", "in-place new values"],

@@ -5,9 +5,10 @@ Every built-in matrix variant, in fp32 and fp16 (and bf16 on a GPU), on shapes t
 multiples of any tile, with its DEFAULT config (or, where the default cannot serve the shape, the
 first valid config one parameter away), and once with another valid config drawn from its SPACE, must pass
 the verification gate (portkern.verify: float64 reference, poisoned outputs, untouched inputs,
-repeat runs, new values in place) at the tolerance of its declared precision. Artifacts are loaded
-directly from source: the cross-compilation of the same candidates is tested in
-test_triton_backend.py.
+repeat runs, new values in place) at the tolerance of its declared precision. On a GPU each is
+built first as a tune's worker builds it (the JIT's warm-up, no launch); in the interpreter,
+artifacts are loaded directly from source: the cross-compilation of the same candidates is tested
+in test_triton_backend.py.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from portkern.tasks import Task
 from portkern.verify import GateOptions, verify
 
 BACKEND = get_backend(load_target("h200"))
+BACKEND.compile_launches = False  # on a GPU, candidates are built as a tune's workers build them
 MATRIX_KINDS = ("gemm", "bmm", "attention", "conv2d")
 VARIANTS = {v.name: v for v in builtin_variants() if v.kind in MATRIX_KINDS}
 GATE = GateOptions(seeds=(7,), distributions=("normal",))  # one seed: the interpreter is slow
@@ -113,7 +115,10 @@ def sampled_config(variant: Variant, task: Task, avoid: dict[str, Any], seed: in
 
 
 def run_gate(variant: Variant, config: dict[str, Any], task: Task) -> None:
-    artifact = Artifact(backend="triton", variant=variant.name, config=config, source=variant.source)
+    if BACKEND.on_gpu:
+        artifact = BACKEND.compile(Candidate.of(variant, config), task)
+    else:
+        artifact = Artifact(backend="triton", variant=variant.name, config=config, source=variant.source)
     verdict = verify(BACKEND, BACKEND.load(artifact, task), task, variant.precision, GATE)
     assert verdict.passed, f"{variant.name} {config} on {task.label}: {verdict.reason}"
 

@@ -143,6 +143,10 @@ class Backend(ABC):
     name: ClassVar[str]
     device_kinds: ClassVar[frozenset[str]]  # hwprofile kinds this backend serves
     simulated: ClassVar[bool] = False
+    # kernels run in a Python interpreter (Triton's, on a host without a GPU; the simulated NPU's):
+    # a run of a model-sized kernel takes seconds, so a tune bounds their trials by the trial
+    # time limit only, not by the shorter limit that catches a hung kernel (--kernel-timeout)
+    interprets_kernels: bool = False
     # what a kernel module of this backend may import; empty: the backend takes no source variants
     allowed_imports: ClassVar[frozenset[str]] = frozenset()
     # buffers live in host memory and view() shares it: the runtime then skips copies

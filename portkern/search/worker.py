@@ -13,7 +13,7 @@ import traceback
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..backends import get_backend
 from ..backends.base import Artifact, Backend, Candidate, CompileError
@@ -22,7 +22,7 @@ from ..errors import PortkernError, TargetError
 from ..hwprofile import Target, load_target
 from ..measure import MeasureOptions, one_blas_thread, time_program
 from ..tasks import Task
-from ..verify import GateOptions, floor_violation, verify
+from ..verify import GateOptions, floor_violation, gate_references, verify
 from .records import TrialRecord
 
 
@@ -75,9 +75,11 @@ def _build_failure(exc: Exception) -> str:
     return _first_line(exc) + "\n" + traceback.format_exc(limit=3)[-2000:]
 
 
-def execute_trial(backend: Backend, job: TrialJob) -> tuple[TrialRecord, Artifact | None]:
-    """(check -> compile, unless built ahead) -> load -> gate -> time -> floor check.
-    Failures become statuses."""
+def execute_trial(backend: Backend, job: TrialJob,
+                  kernels_start: Callable[[float], None] | None = None) -> tuple[TrialRecord, Artifact | None]:
+    """(check -> compile, unless built ahead) -> load -> references -> gate -> time -> floor check.
+    Failures become statuses. `kernels_start` is told when the candidate's kernel runs begin (its
+    references ready), with the seconds a reference run may still add to them."""
     start = time.perf_counter()
     candidate, task = job.candidate, job.task
     record = job.record(backend.name, "ok")
@@ -104,7 +106,11 @@ def execute_trial(backend: Backend, job: TrialJob) -> tuple[TrialRecord, Artifac
     except Exception as exc:
         return finish("compile_error", _build_failure(exc))
     mark = phase("load", mark)
-    record.verdict = verify(backend, program, task, candidate.variant.precision, job.gate)
+    references = gate_references(backend, task, job.gate)
+    mark = phase("references", mark)
+    if kernels_start is not None:
+        kernels_start(references.seconds)
+    record.verdict = verify(backend, program, task, candidate.variant.precision, job.gate, references)
     mark = phase("verify", mark)
     if not record.verdict.passed:
         status = "runtime_error" if record.verdict.reason.startswith("runtime error") else "rejected"
@@ -120,7 +126,7 @@ def execute_trial(backend: Backend, job: TrialJob) -> tuple[TrialRecord, Artifac
     return finish("ok", "", artifact)
 
 
-def _serve(conn: Connection, target_name: str, backend_name: str, scratch: str, compile_only: bool) -> None:
+def _serve(conn: Connection, target_name: str, backend_name: str, scratch: str) -> None:
     os.makedirs(scratch, exist_ok=True)
     os.chdir(scratch)
     try:
@@ -128,7 +134,9 @@ def _serve(conn: Connection, target_name: str, backend_name: str, scratch: str, 
     except Exception as exc:
         conn.send(("error", _first_line(exc)))
         return
-    backend.compile_launches = not compile_only
+    # a worker's compile launches nothing: in a compile worker another process times a kernel on the
+    # device; in the measuring one, a kernel's first run is then inside its kernel-run limit
+    backend.compile_launches = False
     conn.send(("ready", None))
     with one_blas_thread():  # for the worker's life: it times kernels
         _serve_jobs(conn, backend)
@@ -143,8 +151,11 @@ def _serve_jobs(conn: Connection, backend: Backend) -> None:
         if job is None:
             return
         kind, work = job
-        result = execute_trial(backend, work) if kind == "trial" else build_candidate(backend, work)
         try:
+            if kind == "trial":
+                result = execute_trial(backend, work, lambda seconds: conn.send(("kernels", seconds)))
+            else:
+                result = build_candidate(backend, work)
             conn.send(("result", result))
         except (BrokenPipeError, OSError):
             return  # the tuner is gone (killed, interrupted): nobody to tell, nothing to print
@@ -152,15 +163,20 @@ def _serve_jobs(conn: Connection, backend: Backend) -> None:
 
 class IsolatedRunner:
     """A persistent worker process per backend, restarted after a crash or a timeout.
-    compile_only: the process builds and never launches (a compile worker must not run kernels
-    beside the one being timed: Backend.compile_launches is False there)."""
+
+    timeout_s bounds a whole job. kernel_timeout_s, where given, bounds a trial's kernel runs (the
+    gate's and the timing's, from the moment its references are ready, plus what a reference run
+    may add): a kernel that never finishes (a deadlocked barrier, a spinning loop) is killed then,
+    not at the end of a limit sized for compiling. No compile in a worker launches the kernel
+    (Backend.compile_launches is False there), so its first run is always inside that limit."""
 
     START_TIMEOUT_S = 300.0
 
-    def __init__(self, target: Target, timeout_s: float, scratch: Path, compile_only: bool = False) -> None:
+    def __init__(self, target: Target, timeout_s: float, scratch: Path, kernel_timeout_s: float | None = None) -> None:
         self.target = target
-        self.compile_only = compile_only
         self.timeout_s = timeout_s
+        self.kernel_timeout_s = kernel_timeout_s
+        self._kernels_deadline: float | None = None  # when the running trial's kernel runs must end
         self.scratch = Path(scratch)
         self._ctx = mp.get_context("spawn")
         self._process: Any = None
@@ -175,7 +191,7 @@ class IsolatedRunner:
             return
         parent, child = self._ctx.Pipe()
         self._process = self._ctx.Process(
-            target=_serve, args=(child, self.target.name, self.target.backend, str(self.scratch), self.compile_only),
+            target=_serve, args=(child, self.target.name, self.target.backend, str(self.scratch)),
             daemon=True)
         self._process.start()
         child.close()
@@ -216,19 +232,26 @@ class IsolatedRunner:
             self._await_ready()
         assert self._conn is not None
         self._submitted = time.perf_counter()
+        self._kernels_deadline = None
         self._conn.send((kind, job))
 
     def collect(self, wait: bool = True) -> tuple[str, Any] | None:
-        """('result', payload), or ('failed', (status, reason)) after a death or the time limit
+        """('result', payload), or ('failed', (status, reason)) after a death or a time limit
         (the worker is then stopped; the next job starts a fresh one). wait=False: None while the
-        job is still within its time limit and unfinished."""
+        job is still within its time limits and unfinished."""
         assert self._conn is not None
         try:
-            left = max(0.0, self.timeout_s - (time.perf_counter() - self._submitted))
-            if self._conn.poll(left if wait else 0.0):
-                return self._conn.recv()
-            if not wait and left > 0:
-                return None
+            while True:
+                left = max(0.0, self._deadline() - time.perf_counter())
+                if not self._conn.poll(left if wait else 0.0):
+                    if not wait and left > 0:
+                        return None
+                    break
+                kind, payload = self._conn.recv()
+                if kind != "kernels":
+                    return kind, payload
+                if self.kernel_timeout_s is not None:
+                    self._kernels_deadline = time.perf_counter() + self.kernel_timeout_s + payload
         except (EOFError, OSError):
             code = None
             if self._process is not None:
@@ -236,8 +259,19 @@ class IsolatedRunner:
                 code = self._process.exitcode
             self._stop()
             return "failed", ("runtime_error", f"worker process died (exit code {code})")
+        hung = self._kernels_deadline is not None and self._kernels_deadline < self._trial_deadline()
         self._stop()
+        if hung:
+            return "failed", ("timeout", f"the kernel runs (gate and timing) did not end within "
+                              f"{self.kernel_timeout_s:.0f} s: killed as hung")
         return "failed", ("timeout", f"no result within {self.timeout_s:.0f} s: killed")
+
+    def _trial_deadline(self) -> float:
+        return self._submitted + self.timeout_s
+
+    def _deadline(self) -> float:
+        kernels = self._kernels_deadline
+        return self._trial_deadline() if kernels is None else min(kernels, self._trial_deadline())
 
     def run(self, job: TrialJob) -> tuple[TrialRecord, Artifact | None]:
         self.submit("trial", job)
@@ -291,14 +325,14 @@ class InProcessRunner:
 class CompilePool:
     """Worker processes that check and compile candidates ahead of the one that verifies and
     times them, so compiling (CPU-bound: Triton and ptxas, TVM and LLVM) overlaps measuring and
-    several candidates compile at once. Each is a compile-only IsolatedRunner: it launches
-    nothing, so nothing runs on the device beside the kernel being timed (a Triton candidate is
+    several candidates compile at once. Each is an IsolatedRunner given build jobs only, whose
+    compile launches nothing: nothing runs on the device beside the kernel being timed (a Triton candidate is
     built by the JIT's warm-up into the on-disk cache, where the measuring worker's JIT finds the
     same binary; a cross-compile would not share its cache key). A compile that crashes or runs
     past the time limit fails its trial and only its own worker is restarted."""
 
     def __init__(self, target: Target, workers: int, timeout_s: float, scratch: Path) -> None:
-        self.workers = [IsolatedRunner(target, timeout_s, Path(scratch) / f"compile-{i}", compile_only=True)
+        self.workers = [IsolatedRunner(target, timeout_s, Path(scratch) / f"compile-{i}")
                         for i in range(workers)]
         self._idle = list(range(workers))
         self._abandoned: list[int] = []  # building a candidate nobody will measure

@@ -1,4 +1,4 @@
-# expect: timeout
+# expect: timeout: no result within
 # Never returns.
 # include: softmax_core
 

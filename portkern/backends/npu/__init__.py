@@ -76,6 +76,7 @@ class NpuBackend(Backend):
     name = "npu"
     device_kinds: ClassVar[frozenset[str]] = frozenset({"npu"})
     simulated = True
+    interprets_kernels = True
 
     def __init__(self, target: Target) -> None:
         super().__init__(target)

@@ -120,6 +120,7 @@ class TritonBackend(Backend):
     def __init__(self, target: Target) -> None:
         super().__init__(target)
         self.on_gpu = torch.cuda.is_available()
+        self.interprets_kernels = not self.on_gpu
         self.device = torch.device("cuda" if self.on_gpu else "cpu")
         self._spin_cycles = 200_000  # ~100 us at 2 GHz; grows if a run takes longer to enqueue
         self._seconds_per_spin_cycle: float | None = None
