@@ -263,7 +263,7 @@ class IsolatedRunner:
         self._stop()
         if hung:
             return "failed", ("timeout", f"the kernel runs (gate and timing) did not end within "
-                              f"{self.kernel_timeout_s:.0f} s: killed as hung")
+                              f"{self.kernel_timeout_s:.0f} s: killed as hung (or too slow to be worth timing)")
         return "failed", ("timeout", f"no result within {self.timeout_s:.0f} s: killed")
 
     def _trial_deadline(self) -> float:
