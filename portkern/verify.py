@@ -230,7 +230,8 @@ def verify(backend: Backend, program: Program, task: Task, precision: str,
     checks: list[dict[str, Any]] = []
     verdict = Verdict(passed=False, reason="", precision=precision, tolerance={"rel_l2": tol,
                       "norm_max": tol * MAX_ERROR_FACTOR}, checks=checks)
-    references = references or gate_references(backend, task, options)
+    if references is None:
+        references = gate_references(backend, task, options)
     try:
         for reference, fresh in references.checks:
             checks.extend(_check_one(backend, program, task, tol, reference, fresh))

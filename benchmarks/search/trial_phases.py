@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
 import sys
 import time
@@ -26,6 +27,16 @@ from portkern.backends.base import Candidate
 from portkern.hwprofile import load_target
 from portkern.search.worker import TrialJob, execute_trial
 from portkern.synthetic import gemm_task
+
+
+def host() -> dict[str, str | int | None]:
+    """The machine the trials ran on: an interpreted kernel's time is this CPU's."""
+    cpuinfo = Path("/proc/cpuinfo")
+    models = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+              if line.startswith("model name")] if cpuinfo.exists() else []
+    return {"cpu": models[0] if models else platform.processor(), "cores": os.cpu_count(),
+            "machine": platform.machine(), "python": platform.python_version(), "numpy": np.__version__,
+            "triton": triton.__version__}
 
 
 def main() -> int:
@@ -58,8 +69,8 @@ def main() -> int:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(["python", *sys.argv]),
         "target": args.target, "task": task.label,
-        "host": {"machine": platform.machine(), "processor": platform.processor(), "python": platform.python_version(),
-                 "numpy": np.__version__, "triton": triton.__version__},
+        "device": backend.fingerprint(),  # the simulated NPU's names no GPU: its kernels ran on this host
+        "host": host(),
         "rows": rows,
     }
     if args.out:

@@ -106,7 +106,10 @@ def execute_trial(backend: Backend, job: TrialJob,
     except Exception as exc:
         return finish("compile_error", _build_failure(exc))
     mark = phase("load", mark)
-    references = gate_references(backend, task, job.gate)
+    try:  # a reference that fails is a failure on the record (as it was inside verify), not a dead worker
+        references = gate_references(backend, task, job.gate)
+    except Exception as exc:
+        return finish("runtime_error", f"runtime error: while computing the references: {_first_line(exc)}")
     mark = phase("references", mark)
     if kernels_start is not None:
         kernels_start(references.seconds)

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 import triton
 import triton.language as tl
+from triton.runtime import interpreter as triton_interpreter
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
@@ -138,8 +139,7 @@ def interpreted_language() -> Iterator[None]:
     a device-function call without undoing it, which would break a later compile in this process.
     """
     # the mode is scoped to the launch: Triton's lazily imported parts check it too
-    with (_MODE_LOCK, _triton_mode(interpret=True), _no_overflow_checks(), _device_calls_patch_once(),
-          _vectorized_erf()):
+    with _MODE_LOCK, _triton_mode(interpret=True), _replaced(_interpreter_shortcuts()):
         _scalar_index_in_interpreter()
         namespaces = _language_namespaces()
         saved = [(owner, dict(vars(owner))) for owner in namespaces]
@@ -152,66 +152,54 @@ def interpreted_language() -> Iterator[None]:
                 _restore(owner, before)
 
 
-@contextlib.contextmanager
-def _no_overflow_checks() -> Iterator[None]:
-    """The interpreter computes an int64 check of every int32 +, - and * (its sanitize_overflow
-    option) and then drops it unless Triton's debug mode is on: a third of an interpreted GEMM's
-    time (the simulated NPU's 1024x3072x768 GEMM: 30 s of 30 profiled, 10 in the check), for
-    nothing. Off while an interpreted kernel runs, unless debug mode would assert it."""
-    from triton.runtime import interpreter
-    builder = interpreter.interpreter_builder
-    before = builder.options
-    if not before.debug:
-        builder.options = dataclasses.replace(before, sanitize_overflow=False)
+def _interpreter_shortcuts() -> list[tuple[Any, str, Any]]:
+    """(owner, attribute, value): three costs of Triton's interpreter that buy nothing here, replaced
+    while an interpreted kernel runs.
+    - It computes an int64 check of every int32 +, - and * (its sanitize_overflow option) and then
+      drops it unless debug mode is on: a third of an interpreted GEMM's time (the simulated NPU's
+      1024x3072x768 GEMM: 10 of 30 s profiled). Off, unless debug mode would assert it.
+    - It patches triton.language for a kernel's launch, then again on every call of a device
+      function inside it: 1.35 ms a call, 2.6 of 7.5 s of an interpreted flash attention.
+      _device_function_call skips it where the launch's patch already holds.
+    - Its erf is math.erf called once per element (np.vectorize): 0.47 s of a 5.6 s run of the NPU
+      GEMM with GELU (3.1M elements). torch's float64 erf over the array takes 0.01 s: the same
+      float32 values (8M inputs compared), float64 within one ulp."""
+    builder = triton_interpreter.interpreter_builder
+    shortcuts = [(InterpretedFunction, "__call__", _device_function_call),
+                 (triton_interpreter, "np_erf_fp32", functools.partial(_erf_in_float64, dtype=np.float32)),
+                 (triton_interpreter, "np_erf_fp64", functools.partial(_erf_in_float64, dtype=np.float64))]
+    if not builder.options.debug:
+        shortcuts.append((builder, "options", dataclasses.replace(builder.options, sanitize_overflow=False)))
+    return shortcuts
+
+
+def _device_function_call(self: InterpretedFunction, *args: Any, **kwargs: Any) -> Any:
+    """InterpretedFunction.__call__, patching triton.language only where the launch has not."""
+    languages = [value for value in self.fn.__globals__.values() if value is tl or value is tl.core]
+    if any(tl.core.is_builtin(language.load) for language in languages):  # not patched yet
+        triton_interpreter._patch_lang(self.fn)
+    fn = self.rewrite()
     try:
-        yield
-    finally:
-        builder.options = before
+        return fn(*args, **kwargs)
+    except Exception as exc:
+        raise triton_interpreter.InterpreterError(repr(exc)) from exc
 
 
-@contextlib.contextmanager
-def _device_calls_patch_once() -> Iterator[None]:
-    """The interpreter patches triton.language for a kernel's launch, then again on every call of a
-    device function inside it (InterpretedFunction.__call__): 1.35 ms a call, 2.6 of 7.5 s of an
-    interpreted flash attention, 3.2 of 17.9 s of the simulated NPU's GEMM. A device function whose
-    language modules the launch has already patched is called without it."""
-    from triton.runtime import interpreter
-    original = InterpretedFunction.__call__
-
-    def call(self: InterpretedFunction, *args: Any, **kwargs: Any) -> Any:
-        languages = [value for value in self.fn.__globals__.values() if value is tl or value is tl.core]
-        if any(tl.core.is_builtin(language.load) for language in languages):  # not patched yet
-            interpreter._patch_lang(self.fn)
-        fn = self.rewrite()
-        try:
-            return fn(*args, **kwargs)
-        except Exception as exc:
-            raise interpreter.InterpreterError(repr(exc)) from exc
-
-    InterpretedFunction.__call__ = call
-    try:
-        yield
-    finally:
-        InterpretedFunction.__call__ = original
+def _erf_in_float64(values: Any, dtype: Any) -> Any:
+    return torch.special.erf(torch.from_numpy(np.asarray(values, np.float64))).numpy().astype(dtype)
 
 
 @contextlib.contextmanager
-def _vectorized_erf() -> Iterator[None]:
-    """The interpreter's erf is math.erf called once per element (np.vectorize): 0.47 s of a 5.6 s
-    run of the simulated NPU's GEMM with GELU (1024x3072x768, 3.1M elements). torch's float64 erf
-    over the whole array takes 0.01 s: the same float32 values (8M inputs compared), float64
-    within one ulp."""
-    from triton.runtime import interpreter
-    before = interpreter.np_erf_fp32, interpreter.np_erf_fp64
-
-    def erf(dtype: Any) -> Callable[[Any], Any]:
-        return lambda values: torch.special.erf(torch.from_numpy(np.asarray(values, np.float64))).numpy().astype(dtype)
-
-    interpreter.np_erf_fp32, interpreter.np_erf_fp64 = erf(np.float32), erf(np.float64)
+def _replaced(replacements: list[tuple[Any, str, Any]]) -> Iterator[None]:
+    """Each (owner, attribute) set to its value inside, its own value back afterwards."""
+    before = [(owner, name, getattr(owner, name)) for owner, name, _ in replacements]
+    for owner, name, value in replacements:
+        setattr(owner, name, value)
     try:
         yield
     finally:
-        interpreter.np_erf_fp32, interpreter.np_erf_fp64 = before
+        for owner, name, value in reversed(before):
+            setattr(owner, name, value)
 
 
 @functools.cache
