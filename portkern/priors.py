@@ -103,6 +103,12 @@ _OTHER_DTYPE_STEP = 1.0
 # a GEMM whose rows are not 16-byte aligned runs other kernels (no TMA, no 16-byte loads) than
 # one whose rows are: its winners say little about the other's, whatever the sizes
 _OTHER_ALIGNMENT_STEP = 2.0
+# a GEMM's epilogue (bias, activation, residual) moves its best kernel: a GELU behind the K loop
+# favours kernels that overlap it with the next tile's products (gemm_pingpong: 1.05-1.13x gemm_tma
+# on BERT's and GPT-2's FFN GEMMs with it, 0.94-0.99x without, H100 2026-12-07), so a winner measured
+# with the same epilogue comes before one of a plain GEMM of the same sizes
+_OTHER_EPILOGUE_STEP = 0.5
+_EPILOGUE_ATTRS = ("bias", "activation", "residual")
 _ROW_ALIGNMENT_BYTES = 16
 
 
@@ -119,7 +125,15 @@ def shape_distance(a: dict[str, Any], b: dict[str, Any]) -> float | None:
         return None
     return (sum(abs(math.log2(max(x, 1)) - math.log2(max(y, 1))) for x, y in zip(dims_a, dims_b))
             + (_OTHER_DTYPE_STEP if dtype_a != dtype_b else 0.0)
-            + (_OTHER_ALIGNMENT_STEP if _rows_aligned(a) != _rows_aligned(b) else 0.0))
+            + (_OTHER_ALIGNMENT_STEP if _rows_aligned(a) != _rows_aligned(b) else 0.0)
+            + (_OTHER_EPILOGUE_STEP if _epilogue(a) != _epilogue(b) else 0.0))
+
+
+def _epilogue(described: dict[str, Any]) -> tuple[Any, ...]:
+    """What a task computes after its main loop (a GEMM's bias, activation and residual); () for
+    kinds whose attributes say nothing of an epilogue."""
+    attrs = described.get("attrs", {})
+    return tuple(attrs.get(name) for name in _EPILOGUE_ATTRS if name in attrs)
 
 
 def _rows_aligned(described: dict[str, Any]) -> bool | None:

@@ -24,10 +24,14 @@ from portkern.tuner import TaskCatalog
 TRITON = get_backend(load_target("h200"))
 
 
-def test_gemm_distance_is_over_m_n_k_whatever_the_layout_and_epilogue() -> None:
+def test_gemm_distance_is_over_m_n_k_whatever_the_layout_then_the_epilogue() -> None:
     table_shape = gemm_task(4096, 3072, 768, "float16", trans_b=True).describe()
     model_shape = gemm_task(4096, 3072, 768, "float16", bias=True, activation="gelu").describe()
-    assert shape_distance(table_shape, model_shape) == 0.0
+    assert shape_distance(table_shape, gemm_task(4096, 3072, 768, "float16").describe()) == 0.0
+    # another epilogue: half a step, so a same-epilogue winner of the same sizes comes first
+    assert shape_distance(table_shape, model_shape) == 0.5
+    same_epilogue = gemm_task(128, 3072, 768, "float16", bias=True, activation="gelu", batch=(32,)).describe()
+    assert shape_distance(same_epilogue, model_shape) == 0.0
     assert shape_distance(table_shape, gemm_task(2048, 3072, 768, "float16").describe()) == 1.0
     assert shape_distance(table_shape, gemm_task(4096, 3072, 768, "float32").describe()) is None
     # bf16 tiles like fp16 (same width): comparable, one step behind the same dtype

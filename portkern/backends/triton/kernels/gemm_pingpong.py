@@ -10,6 +10,11 @@ so each tile's products run at full rate. One producer warp fills the ring of A 
 in the order the consumers take them; setmaxnreg gives the consumers its registers. Each consumer
 stages its output tile in shared memory and stores it by TMA while its next K loop runs.
 
+Where it wins (H100, 2026-12-07, results/h100-gemm-pingpong-ab-2026-12-07.log and the
+h100-grid-gemm-epilogue-* grids): GEMMs with a GELU or tanh-GELU fused, 128x128x64 in 4 stages
+(BERT's FFN GEMM 40 us, 1.46x torch.compile); not plain GEMMs (0.90-1.00x gemm_tma) nor those with a
+residual or a SiLU behind a long K, where the epilogue is a small share of the tile's time.
+
 fp16/bf16 into the same type, sm_90 (wgmma, TMA, setmaxnreg), rows of A, B and C 16-byte aligned;
 TMA clips every edge. The epilogue is gemm_tiled's, its residual read with the pointers' alignment
 restated for the second consumer (_byte_alignment). Gluon kernels cannot run in the Triton
