@@ -7,31 +7,33 @@
 # from them beside the tables h200.jsonl already names, then the tuned suites seeded by those
 # priors. On an H100 (run's kinds serve for each other): the tuned suites alone, a check against
 # the 2026-12-07 H100 results. Each step has its own timeout, so one that hangs costs only itself.
+# What comes back (at most 8 files): device.txt, the grid, the table, three suites' JSON, and
+# every step's output in steps.log; the priors are rebuilt here the same way from the grid and table.
 set -uo pipefail
 GPU=$(python3 -c "import torch; print(torch.cuda.get_device_name())")
 case "$GPU" in *H200*) T=h200;; *) T=h100;; esac
 DAY=$(date -u +%Y-%m-%d)
 R=benchmarks/results
 echo "== $GPU: target $T"
+LOG=$OUT/steps.log
 keep() { cp "$1" "$OUT/"; }
 if [ "$T" = h200 ]; then
   GRID=$R/h200-grid-gemm-epilogue-$DAY.json
   TABLE=$R/h200-table-wgmma-$DAY.json
   timeout 110 python3 benchmarks/ops/grid_matrix.py --variants gemm_pingpong,gemm_tma,gemm_wgmma --configs 6 \
     --target h200 --ops gemm:4096x3072x768:bias+gelu,gemm:4096x3072x768:bias+gelu_tanh,gemm:4096x768x3072:bias+residual,gemm:4096x11008x4096:silu \
-    --out "$GRID" > "$OUT/grid.log" 2>&1; echo "grid rc $?"; grep -A6 "^op " "$OUT/grid.log"; keep "$GRID"
+    --out "$GRID" > /tmp/grid.log 2>&1; echo "grid rc $?"; cat /tmp/grid.log >> "$LOG"; grep -A6 "^op " /tmp/grid.log; keep "$GRID"
   timeout 170 python3 benchmarks/search/gpu_table.py --target h200 \
     --shapes 4096x768x768,4096x3072x768,4096x768x3072,4096x4096x4096,4096x11008x4096 \
     --subspace "gemm_wgmma:BLOCK_M=128/192;BLOCK_N=64/128/256;BLOCK_K=32/64/128;GROUP_M=1/8;num_warps=4/8;num_stages=2/3/4/5" \
-    --budget-seconds 140 --out "$TABLE" > "$OUT/table.log" 2>&1; echo "table rc $?"; tail -8 "$OUT/table.log"; keep "$TABLE"
+    --budget-seconds 140 --out "$TABLE" > /tmp/table.log 2>&1; echo "table rc $?"; cat /tmp/table.log >> "$LOG"; tail -8 /tmp/table.log; keep "$TABLE"
   TABLES=$(python3 -c "import json; print(' '.join(sorted({'--table ' + json.loads(l)['evidence'] for l in open('portkern/hwprofiles/priors/h200.jsonl')} - {'--table $GRID', '--table $TABLE'})))")
-  python3 -m portkern.priors $TABLES --table "$GRID" --table "$TABLE" --top 3 --out portkern/hwprofiles/priors/h200.jsonl \
-    && keep portkern/hwprofiles/priors/h200.jsonl
+  python3 -m portkern.priors $TABLES --table "$GRID" --table "$TABLE" --top 3 --out portkern/hwprofiles/priors/h200.jsonl
 fi
 suite() {  # name, trials, case seconds, budget seconds
   timeout $(($4 + 30)) python3 benchmarks/ops/bench_ops.py --suite "$1" --priors --target $T --trials "$2" \
-    --case-seconds "$3" --budget-seconds "$4" --out "$OUT/ops-$1.json" > "$OUT/ops-$1.log" 2>&1
-  echo "$1 rc $?"; grep " portkern=" "$OUT/ops-$1.log"
+    --case-seconds "$3" --budget-seconds "$4" --out "$OUT/ops-$1.json" > /tmp/ops.log 2>&1
+  echo "$1 rc $?"; cat /tmp/ops.log >> "$LOG"; grep " portkern=" /tmp/ops.log
 }
 suite gemm-epilogue 8 30 60
 suite attention 12 35 90
