@@ -70,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
                       help="float32 tasks may take kernels that multiply in TF32 (verified at TF32 tolerances; "
                            "the baselines they are compared with stay IEEE float32). Without it they still get "
                            "tensor cores through tf32x3 kernels, which keep float32 accuracy")
+    tune.add_argument("--skip-variant", action="append", default=[], metavar="NAME",
+                      help="leave this built-in variant (and what the rules derive from it) out of the search; "
+                           "repeatable (a name no task is offered is reported with those that are)")
     tune.add_argument("--no-priors", action="store_true",
                       help="do not seed studies with the configurations the target's priors file measured best")
     tune.add_argument("--seed", type=int, default=0)
@@ -226,7 +229,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         llm_max_tokens=args.llm_max_tokens, llm_timeout_s=args.llm_timeout, trial_timeout_s=args.trial_timeout,
         kernel_timeout_s=args.kernel_timeout or None,
         compile_workers=args.compile_workers, priors=not args.no_priors, allow_tf32=args.allow_tf32,
-        max_tasks=args.max_tasks, seed=args.seed)
+        skip_variants=tuple(args.skip_variant), max_tasks=args.max_tasks, seed=args.seed)
     progress = None if args.quiet or args.json else (lambda line: print(line, file=sys.stderr, flush=True))
     report = run_tune(Path(args.model), options, Path(args.out), progress)
     report.command = " ".join(["portkern", *sys.argv[1:]])

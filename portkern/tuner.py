@@ -30,7 +30,7 @@ from .pack import Pack, PackEntry, write_pack
 from .partition import backend_tasks, summarize
 from .priors import Measured, nearest_configs, priors_for
 from .profile import TaskProfile, baseline_program, profile_tasks
-from .search.proposers import BuiltinProposer, Feedback, Proposer, RulesProposer
+from .search.proposers import DERIVED_SEPARATOR, BuiltinProposer, Feedback, Proposer, RulesProposer
 from .search.records import RecordLog, TrialRecord
 from .search.strategy import ArtifactStore, SearchOptions, SearchResult, completed_config, model_ranked, search_workload
 from .search.worker import CompilePool, InProcessRunner, IsolatedRunner
@@ -64,6 +64,9 @@ class TuneOptions:
     compile_workers: int = 0  # processes compiling candidates ahead of the measuring worker
     priors: bool = True  # seed studies with the target's shipped priors (priors.py)
     allow_tf32: bool = False  # float32 tasks may take tf32 kernels (opt-in, as torch's allow_tf32)
+    # built-in variants the search leaves out, with the variants the rules derive from them (an A/B
+    # of a kernel at model level, a kernel that misbehaves on a user's stack)
+    skip_variants: tuple[str, ...] = ()
     max_tasks: int | None = None  # tune only the N tasks with most headroom
     seed: int = 0
     e2e_tolerance: float | None = None  # whole-model rel L2 vs onnxruntime; default by dtype
@@ -263,6 +266,8 @@ def _run_tune(model_path: Path, options: TuneOptions, out: Path | None,
     if options.kernel_timeout_s is not None and options.kernel_timeout_s <= 0:
         raise PortkernError(f"--kernel-timeout must be positive (0 on the command line: none), "
                             f"not {options.kernel_timeout_s}")
+    if isinstance(options.skip_variants, str):
+        raise PortkernError(f"skip_variants is a sequence of variant names, not the string {options.skip_variants!r}")
     started = time.time()
 
     def say(line: str) -> None:  # each line says when, in seconds since the tune started
@@ -284,6 +289,11 @@ def _run_tune(model_path: Path, options: TuneOptions, out: Path | None,
         f"{', '.join(p.name for p in proposers)}")
 
     unique = summarize(tasks)
+    offered = {variant.name for task, _ in unique for variant in backend.variants(task)}
+    unknown = sorted(set(options.skip_variants) - offered)
+    if unknown:
+        say(f"--skip-variant {', '.join(unknown)}: offered to no task of this model on {target.name} "
+            f"(offered: {', '.join(sorted(offered))})")
     outcomes: list[TaskOutcome] = []
     kernel_timeout = None if backend.interprets_kernels else options.kernel_timeout_s
     runner_cm = (IsolatedRunner(target, options.trial_timeout_s, work_dir / "scratch", kernel_timeout_s=kernel_timeout)
@@ -380,10 +390,18 @@ def _ms(seconds: float | None) -> str:
     return "n/a" if seconds is None else f"{seconds * 1e3:.4g} ms"
 
 
-def precision_admitted(variant: Variant, task: Task, options: TuneOptions) -> bool:
-    """A float32 task gets float32 arithmetic unless the user opts into TF32: a tf32 kernel beats
-    the IEEE float32 baselines it is compared with by giving up precision the model asked for."""
+def variant_admitted(variant: Variant, task: Task, options: TuneOptions) -> bool:
+    """Not one the user skipped (nor derived from one), and a float32 task gets float32 arithmetic
+    unless the user opts into TF32: a tf32 kernel beats the IEEE float32 baselines it is compared
+    with by giving up precision the model asked for."""
+    if base_variant_name(variant.name) in options.skip_variants:
+        return False
     return options.allow_tf32 or not (variant.precision == "tf32" and task.dtype == "float32")
+
+
+def base_variant_name(name: str) -> str:
+    """The library variant a derived one was made from ('gemm_tma~rules-1a2b3c' -> 'gemm_tma')."""
+    return name.split(DERIVED_SEPARATOR, 1)[0]
 
 
 def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, pool: CompilePool | None,
@@ -409,7 +427,7 @@ def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, 
         new: list[Variant] = []
         for proposer in proposers:
             offered = [v for v in proposer.propose(task, backend, feedback)
-                       if v.name not in feedback.library and precision_admitted(v, task, options)]
+                       if v.name not in feedback.library and variant_admitted(v, task, options)]
             if offered and proposer.name not in used:
                 used.append(proposer.name)
             new.extend(offered)

@@ -2,6 +2,7 @@
 PostgreSQL storage for distributed tunes (CI starts one; skipped where none is configured)."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -27,7 +28,7 @@ from portkern.profile import TaskProfile
 from portkern.search.strategy import SearchResult
 from portkern.synthetic import conv2d_task, gemm_task, pool_task, softmax_task
 from portkern.tuner import (RESERVED_SHARE, RESERVED_TRIALS, TaskOutcome, TuneOptions, allocate_trials, next_task,
-                            precision_admitted, time_slice)
+                            time_slice, variant_admitted)
 from portkern.verify import GateOptions
 
 FAST = MeasureOptions(warmup=1, repeats=3, input_sets=2)
@@ -373,10 +374,22 @@ def test_float32_tasks_take_tf32_kernels_only_when_the_user_allows() -> None:
     offered = triton.variants(single)
     assert {v.precision for v in offered} >= {"fp32", "tf32"}
     strict, allowed = TuneOptions(target="h200"), TuneOptions(target="h200", allow_tf32=True)
-    kept = [v.name for v in offered if precision_admitted(v, single, strict)]
+    kept = [v.name for v in offered if variant_admitted(v, single, strict)]
     assert kept and all(v.precision != "tf32" for v in offered if v.name in kept)
-    assert all(precision_admitted(v, single, allowed) for v in offered)
-    assert all(precision_admitted(v, half, strict) for v in triton.variants(half))
+    assert all(variant_admitted(v, single, allowed) for v in offered)
+    assert all(variant_admitted(v, half, strict) for v in triton.variants(half))
+
+
+def test_skipped_variants_and_what_the_rules_derive_from_them_are_left_out() -> None:
+    triton = get_backend(load_target("h200"))
+    task = gemm_task(64, 64, 64, "float16")
+    offered = {v.name: v for v in triton.variants(task)}
+    skipping = TuneOptions(target="h200", skip_variants=("gemm_tma",))
+    assert not variant_admitted(offered["gemm_tma"], task, skipping)
+    assert variant_admitted(offered["gemm_tiled"], task, skipping)
+    derived = dataclasses.replace(offered["gemm_tma"], name="gemm_tma~rules-0a1b2c")
+    assert not variant_admitted(derived, task, skipping)
+    assert variant_admitted(derived, task, TuneOptions(target="h200"))
 
 
 def test_the_recheck_counts_each_sides_least_disturbed_round(monkeypatch: pytest.MonkeyPatch) -> None:

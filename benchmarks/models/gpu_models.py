@@ -247,8 +247,8 @@ def bench_model(model: ModelUnderTest, args: argparse.Namespace, device: torch.d
                                             min_task_trials=1)
     report = portkern.tune(model.onnx_path, target=args.target, shapes=model.shapes, out=pack_path,
                            trials=args.trials, per_task_trials=args.per_task_trials,
-                           time_budget_s=args.time_budget, compile_workers=args.compile_workers, progress=say,
-                           **extra)
+                           time_budget_s=args.time_budget, compile_workers=args.compile_workers,
+                           skip_variants=tuple(args.skip_variant), progress=say, **extra)
     # the pack, kept beside --out: `python -m portkern.priors --pack` makes the next tune's priors of it
     shutil.copytree(pack_path, Path(args.out).parent / pack_path.name, dirs_exist_ok=True)
     session = portkern.Session(model.onnx_path, pack_path)
@@ -347,6 +347,8 @@ def main() -> int:
     parser.add_argument("--per-task-trials", type=int, default=24)
     parser.add_argument("--compile-workers", type=int, default=0,
                         help="processes compiling candidates ahead of the measuring worker (portkern tune's flag)")
+    parser.add_argument("--skip-variant", action="append", default=[], metavar="NAME",
+                        help="leave a built-in variant out of the tune (portkern tune's flag): a model-level A/B")
     parser.add_argument("--repeats", type=int, default=20, help="timed runs per runner per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default="gpu_models.json")

@@ -16,6 +16,9 @@ from ..backends.base import Backend, Variant
 from ..tasks import Task
 from .records import TrialRecord
 
+# a variant a proposer derives from a library one is named base + DERIVED_SEPARATOR + how it differs
+DERIVED_SEPARATOR = "~"
+
 
 @dataclass
 class Feedback:
@@ -88,7 +91,7 @@ class RulesProposer(Proposer):
         if not widened:
             return []
         digest = hashlib.sha256(repr(sorted(space.items())).encode()).hexdigest()[:6]
-        name = f"{base.name}~rules-{digest}"  # unique per derived space, across tasks and rounds
+        name = f"{base.name}{DERIVED_SEPARATOR}rules-{digest}"  # unique per derived space, across tasks and rounds
         if name in feedback.library:
             return []
         return [dataclasses.replace(base, name=name, space=space, default=dict(best.config), origin="rules")]
