@@ -5,7 +5,8 @@ for sm_90 on one representative task, here on the CPU; ptxas's spills (the stack
 counted from the binary, and the spill loads/stores (STL/LDL) inside each innermost loop that
 issues wgmma from its SASS (sass_loop_mix.py). A spill in an epilogue costs little; one in the K
 or key loop is paid every step, so those configs are candidates for a constraint, once a GPU table
-shows them slow.
+shows them slow. A config the constraints admit that does not build is recorded with its error: a
+bug in the constraints (it would cost a tune a compile_error trial).
 
     python benchmarks/ops/spill_survey.py --out benchmarks/results/cpu-sm90-spill-survey-DATE.json
 """
@@ -30,7 +31,7 @@ import triton  # noqa: E402
 
 from portkern import synthetic  # noqa: E402
 from portkern.backends import get_backend  # noqa: E402
-from portkern.backends.base import Candidate  # noqa: E402
+from portkern.backends.base import Candidate, CompileError  # noqa: E402
 from portkern.backends.triton.compile_only import compile_for  # noqa: E402
 from portkern.hwprofile import load_target  # noqa: E402
 
@@ -39,6 +40,7 @@ CASES = {
     "gemm_tma": synthetic.gemm_task(*BERT_FFN_DOWN, "float16", trans_b=True, bias=True, activation="gelu"),
     "gemm_tiled": synthetic.gemm_task(*BERT_FFN_DOWN, "float16", trans_b=True, bias=True, activation="gelu"),
     "gemm_wgmma": synthetic.gemm_task(*BERT_FFN_DOWN, "float16", trans_b=True, bias=True, activation="gelu"),
+    "gemm_pingpong": synthetic.gemm_task(*BERT_FFN_DOWN, "float16", trans_b=True, bias=True, activation="gelu"),
     "gemm_tma_tf32x3": synthetic.gemm_task(*BERT_FFN_DOWN, "float32", trans_b=True, bias=True),
     "gemm_tiled_tf32x3": synthetic.gemm_task(*BERT_FFN_DOWN, "float32", trans_b=True, bias=True),
     "bmm_tiled_tf32x3": synthetic.bmm_task(96, 512, 512, 64, "float32"),
@@ -59,7 +61,11 @@ def survey(backend: Any, name: str, per_variant: int, seed: int, deadline: float
         candidate = Candidate.of(variant, config)
         if backend.target_problem(candidate, task):
             continue
-        kernel = compile_for(candidate, task, "sm_90")["kernels"][0]
+        try:
+            kernel = compile_for(candidate, task, "sm_90")["kernels"][0]
+        except CompileError as exc:  # the constraints admitted a config that does not build: their bug
+            rows.append({"config": config, "compile_error": str(exc)[:500]})
+            continue
         rows.append({"config": config, "registers": kernel["n_regs"], "spills": kernel["n_spills"],
                      "hot_loop_spill_ops": mix.hot_loop_spill_ops(kernel["asm"]["cubin"])})
     return rows
@@ -82,10 +88,11 @@ def main() -> None:
     for name in args.variants.split(","):
         task = CASES[name]
         rows = survey(backend, name, args.per_variant, args.seed, deadline)
-        hot = [row for row in rows if any(row["hot_loop_spill_ops"])]
-        print(f"{name} on {task.label}: {len(rows)} valid configs built, "
-              f"{sum(1 for row in rows if row['spills'])} spill, {len(hot)} into a hot loop", flush=True)
-        for row in hot:
+        built = [row for row in rows if "compile_error" not in row]
+        hot = [row for row in built if any(row["hot_loop_spill_ops"])]
+        print(f"{name} on {task.label}: {len(built)} valid configs built, {len(rows) - len(built)} failed to "
+              f"build, {sum(1 for row in built if row['spills'])} spill, {len(hot)} into a hot loop", flush=True)
+        for row in [row for row in rows if "compile_error" in row] + hot:
             print("   ", row, flush=True)
         result["variants"][name] = {"task": task.label, "rows": rows}
     if args.out:

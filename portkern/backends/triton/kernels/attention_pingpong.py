@@ -342,10 +342,8 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
     block_n: gl.constexpr = k_desc.block_type.shape[2]
     block_d: gl.constexpr = k_desc.block_type.shape[3]
     stages: gl.constexpr = k_smem.type.shape[0]
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, block_n, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, block_d, 16])
+    s_layout: gl.constexpr = _wgmma_layout(4, 1, block_n)
+    o_layout: gl.constexpr = _wgmma_layout(4, 1, block_d)
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
     o_row_layout: gl.constexpr = gl.SliceLayout(1, o_layout)

@@ -110,8 +110,7 @@ def _pingpong_consumer(args, which: gl.constexpr, GROUP_M: gl.constexpr, B_TRANS
     block_k: gl.constexpr = a_desc.block_type.shape[1]
     block_n: gl.constexpr = c_desc.block_type.shape[1]
     stages: gl.constexpr = a_smem.type.shape[0]
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                         instr_shape=[16, block_n, 16])
+    acc_layout: gl.constexpr = _wgmma_layout(4, 1, block_n)
     my_turn = turns.index(which)
     their_turn = turns.index(1 - which)
     c_tile = c_smem.index(which)

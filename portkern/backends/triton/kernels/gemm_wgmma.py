@@ -99,11 +99,9 @@ def _gemm_wgmma(a_desc, tail_desc, b_desc, c_desc, c_tail_desc, bias_ptr, res_pt
     head: gl.constexpr = a_desc.block_type.shape[0]
     block_k: gl.constexpr = a_desc.block_type.shape[1]
     block_n: gl.constexpr = c_desc.block_type.shape[1]
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                         instr_shape=[16, block_n, 16])
+    acc_layout: gl.constexpr = _wgmma_layout(num_warps, 1, block_n)
     # 64 rows are one warpgroup's height: with two warpgroups each takes half of the columns
-    tail_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, num_warps // 4],
-                                                          instr_shape=[16, block_n // (num_warps // 4), 16])
+    tail_layout: gl.constexpr = _wgmma_layout(4, num_warps // 4, block_n // (num_warps // 4))
 
     block_m, block_col = _swizzle(gl.program_id(0), M, N, head + TAIL, block_n, GROUP_M)
     first_row = block_m * (head + TAIL)
