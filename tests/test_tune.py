@@ -88,7 +88,8 @@ def test_tune_pack_run(tmp_path: Path) -> None:
 def test_skipped_variants_are_never_tried_and_an_unknown_name_is_reported(tmp_path: Path) -> None:
     model = _small_model(tmp_path / "small.onnx")
     lines: list[str] = []
-    report = portkern.tune(model, target="h200", shapes={"x": (8, 48)}, trials=6, per_task_trials=2,
+    report = portkern.tune(model, target="h200", shapes={"x": (8, 48)}, out=tmp_path / "small.pkpack",
+                           trials=6, per_task_trials=2,
                            min_task_trials=2, measure=FAST, progress=lines.append,
                            skip_variants=("gemm_tiled", "layernorm_onepass", "no_such_kernel"))
     tried = {record.variant.split("~")[0] for record in RecordLog(report.work_dir / "records.jsonl")}
@@ -96,7 +97,8 @@ def test_skipped_variants_are_never_tried_and_an_unknown_name_is_reported(tmp_pa
     unknown = [line for line in lines if "--skip-variant" in line]
     assert len(unknown) == 1 and "no_such_kernel" in unknown[0] and "gemm_tiled," not in unknown[0].split("(")[0]
     with pytest.raises(portkern.PortkernError, match="sequence of variant names"):
-        portkern.tune(model, target="h200", shapes={"x": (8, 48)}, skip_variants="gemm_tiled")
+        portkern.tune(model, target="h200", shapes={"x": (8, 48)}, out=tmp_path / "again.pkpack",
+                      skip_variants="gemm_tiled")
 
 
 def _small_cnn(path: Path) -> Path:

@@ -33,7 +33,7 @@ from portkern.search.worker import InProcessRunner
 from portkern.synthetic import attention_task, conv2d_task, gemm_task, layernorm_task, rmsnorm_task, softmax_task
 from portkern.tasks import Task
 from portkern.priors import priors_for
-from portkern.tuner import TaskCatalog, TuneOptions, precision_admitted
+from portkern.tuner import TaskCatalog, TuneOptions, variant_admitted
 from portkern.verify import GateOptions
 
 
@@ -158,7 +158,7 @@ def main() -> int:
                 continue
             floor = floor_seconds(task, target)
             started = time.time()
-            variants = [v for v in backend.variants(task) if precision_admitted(v, task, tune_options)]
+            variants = [v for v in backend.variants(task) if variant_admitted(v, task, tune_options)]
             nearest = catalog.nearest(task, log, {v.name: v for v in variants})
             catalog.add(task)
             result = search_workload(
