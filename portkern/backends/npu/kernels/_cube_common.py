@@ -1,4 +1,5 @@
-# --- included from _cube_common.py: what every cube kernel shares (item sizes, the fractal, activations, the vector epilogue) ---
+# --- included from _cube_common.py: what every cube kernel shares (item sizes, the fractal, activations, the
+# GEMM's K step, the vector epilogue) ---
 ITEMSIZE = {"float16": 2, "float32": 4}
 ACTIVATION_VECTOR_OPS = {"none": 0, "relu": 1, "relu6": 2, "sigmoid": 4, "tanh": 5, "silu": 5, "gelu": 8,
                          "gelu_tanh": 10}
@@ -27,6 +28,31 @@ def _activate(x, ACTIVATION: tl.constexpr):
         inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
         x = 0.5 * x * (1.0 + 2.0 * tl.sigmoid(2.0 * inner) - 1.0)
     return x
+
+
+@triton.jit
+def _tile_operands(a_ptr, b_ptr, rm, rn, M, N, K, stride_bk, stride_bn, K_SLICE: tl.constexpr):
+    """The tile's first K slice of A and of B (pointers, and which rows and columns exist), once per
+    tile: the K loop only moves them along K (in the interpreter each op costs about the same
+    whatever its size, so what does not change over K is not recomputed there)."""
+    rk = tl.arange(0, K_SLICE)
+    return (a_ptr + rm[:, None] * K + rk[None, :], (rm < M)[:, None],
+            b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn, (rn < N)[None, :])
+
+
+@triton.jit
+def _k_step(acc, a_slice, a_rows_in, b_slice, b_cols_in, k0, K, stride_bk, K_SLICE: tl.constexpr,
+            EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """One L1 load of A rows and B columns, K_SLICE deep from k0 and none past K (the end of the
+    program's part of K), into the accumulator; EVEN_K: no slice reaches past it, so no K mask."""
+    if EVEN_K:
+        a = tl.load(a_slice + k0, mask=a_rows_in, other=0.0)
+        b = tl.load(b_slice + k0 * stride_bk, mask=b_cols_in, other=0.0)
+    else:
+        k_in = k0 + tl.arange(0, K_SLICE) < K
+        a = tl.load(a_slice + k0, mask=a_rows_in & k_in[None, :], other=0.0)
+        b = tl.load(b_slice + k0 * stride_bk, mask=k_in[:, None] & b_cols_in, other=0.0)
+    return tl.dot(a, b, acc, input_precision=DOT_PRECISION)
 
 
 @triton.jit

@@ -86,17 +86,6 @@ def _tile_start(tile, tiles_m, tiles_n, bias_ptr, N, k_lo, BLOCK_M: tl.constexpr
 
 
 @triton.jit
-def _k_step(acc, a_ptr, b_ptr, rm, rn, k0, M, N, K, stride_bk, stride_bn, K_SLICE: tl.constexpr,
-            DOT_PRECISION: tl.constexpr):
-    """One L1 load of A rows and B columns, K_SLICE deep, into the accumulator."""
-    rk = k0 + tl.arange(0, K_SLICE)
-    a = tl.load(a_ptr + rm[:, None] * K + rk[None, :], mask=(rm < M)[:, None] & (rk < K)[None, :], other=0.0)
-    b = tl.load(b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn,
-                mask=(rk < K)[:, None] & (rn < N)[None, :], other=0.0)
-    return tl.dot(a, b, acc, input_precision=DOT_PRECISION)
-
-
-@triton.jit
 def _k_step_lead(acc, a_ptr, b_ptr, rm, rn, k0, M, N, K, stride_bk, stride_bn, K_SLICE: tl.constexpr,
                  LEAD_SLICE: tl.constexpr, PANEL_A: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """One L1 load of the tile's own operand, K_SLICE deep, while the panel's part of it streams in
@@ -146,7 +135,8 @@ def _gemm_tiles(a_ptr, b_ptr, bias_ptr, residual_ptr, out_ptr, ws_ptr, M, N, K, 
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, K_SLICE: tl.constexpr, K_DEPTH: tl.constexpr,
                 ALONG_M: tl.constexpr, HAS_LEAD: tl.constexpr, LEAD_TILES: tl.constexpr, LEAD_SLICE: tl.constexpr,
                 VECTOR: tl.constexpr, SLOTS: tl.constexpr, EPILOGUE_ROWS: tl.constexpr, ACTIVATION: tl.constexpr,
-                HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, EVEN_K: tl.constexpr,
+                DOT_PRECISION: tl.constexpr):
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
     if ALONG_M:
@@ -183,8 +173,10 @@ def _gemm_tiles(a_ptr, b_ptr, bias_ptr, residual_ptr, out_ptr, ws_ptr, M, N, K, 
             for tile in range(start, hi):
                 tile_m, rm, rn, acc = _tile_start(tile, tiles_m, tiles_n, bias_ptr, N, k_lo, BLOCK_M, BLOCK_N,
                                                   ALONG_M, HAS_BIAS)
+                a_slice, a_rows_in, b_slice, b_cols_in = _tile_operands(a_ptr, b_ptr, rm, rn, M, N, K, stride_bk,
+                                                                        stride_bn, K_SLICE)
                 for k0 in range(k_lo, tl.minimum(k_lo + K_DEPTH, K), K_SLICE):  # one L1 load each
-                    acc = _k_step(acc, a_ptr, b_ptr, rm, rn, k0, M, N, K, stride_bk, stride_bn, K_SLICE,
+                    acc = _k_step(acc, a_slice, a_rows_in, b_slice, b_cols_in, k0, K, stride_bk, K_SLICE, EVEN_K,
                                   DOT_PRECISION)
                 _tile_finish(acc, slots + ((tile - lo) % SLOTS) * BLOCK_M * BLOCK_N, residual_ptr, out_ptr, tile_m,
                              rm, rn, k_lo, M, N, K, K_DEPTH, BLOCK_M, BLOCK_N, VECTOR, EPILOGUE_ROWS, ACTIVATION,
@@ -210,4 +202,5 @@ def launch(task, config, inputs, outputs, workspace_buffer):
                              LEAD_SLICE=config["BLOCK_K"] * lead_steps, VECTOR=slots > 0, SLOTS=max(slots, 1),
                              EPILOGUE_ROWS=config["EPILOGUE_ROWS"], ACTIVATION=task.attr("activation", "none"),
                              HAS_BIAS=has_bias, HAS_RESIDUAL=has_residual,
+                             EVEN_K=k % (config["BLOCK_K"] * config["L1_STEPS"]) == 0,
                              DOT_PRECISION="ieee" if task.dtype == "float32" else "tf32")

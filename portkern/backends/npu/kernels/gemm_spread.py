@@ -169,7 +169,7 @@ def flags(task, config):
 def _gemm_parts(a_ptr, b_ptr, bias_ptr, residual_ptr, out_ptr, ws_ptr, flags_ptr, M, N, K, stride_bk, stride_bn,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, K_SLICE: tl.constexpr, DEPTH: tl.constexpr,
                 PARTS: tl.constexpr, EPILOGUE_ROWS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr,
-                HAS_RESIDUAL: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                HAS_RESIDUAL: tl.constexpr, EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr):
     pid = tl.program_id(0)
     tile = pid // PARTS
     part = pid % PARTS
@@ -184,12 +184,11 @@ def _gemm_parts(a_ptr, b_ptr, bias_ptr, residual_ptr, out_ptr, ws_ptr, flags_ptr
             acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
     k_lo = part * DEPTH
     k_hi = tl.minimum(k_lo + DEPTH, K)
+    a_slice, a_rows_in, b_slice, b_cols_in = _tile_operands(a_ptr, b_ptr, rm, rn, M, N, K, stride_bk, stride_bn,
+                                                            K_SLICE)
     for k0 in range(k_lo, k_hi, K_SLICE):  # one GM->L1 load of A rows and B columns each
-        rk = k0 + tl.arange(0, K_SLICE)
-        a = tl.load(a_ptr + rm[:, None] * K + rk[None, :], mask=(rm < M)[:, None] & (rk < k_hi)[None, :], other=0.0)
-        b = tl.load(b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn,
-                    mask=(rk < k_hi)[:, None] & (rn < N)[None, :], other=0.0)
-        acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+        acc = _k_step(acc, a_slice, a_rows_in, b_slice, b_cols_in, k0, k_hi, stride_bk, K_SLICE, EVEN_K,
+                      DOT_PRECISION)
     # FIXPIPE: the partial to this (tile, part)'s own workspace slot
     tile_offsets = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     tl.store(ws_ptr + pid * BLOCK_M * BLOCK_N + tile_offsets, acc)
@@ -214,4 +213,5 @@ def launch(task, config, inputs, outputs, workspace_buffer, flag_buffer):
         BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], K_SLICE=config["BLOCK_K"] * l1,
         DEPTH=per * config["BLOCK_K"], PARTS=config["K_PARTS"], EPILOGUE_ROWS=config["EPILOGUE_ROWS"],
         ACTIVATION=task.attr("activation", "none"), HAS_BIAS=has_bias, HAS_RESIDUAL=has_residual,
+        EVEN_K=k % (config["BLOCK_K"] * l1) == 0 and per % l1 == 0,
         DOT_PRECISION="ieee" if task.dtype == "float32" else "tf32")
