@@ -136,20 +136,18 @@ def schedule(task, config, target):
 
 
 @triton.jit
-def _scores(q, k_ptr, mask_ptr, bh, rm, row_ok, rd, d_ok, n0, H, S, SK, scale, stride_kd, stride_kn,
-            mask_b, mask_h, mask_s, mask_k, BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr,
-            DOT_PRECISION: tl.constexpr):
+def _scores(q, k_head, mask_rows, rm, row_ok, d_ok, n0, S, SK, scale, kt_tile, mask_tile, stride_kn, mask_k,
+            BLOCK_N: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """One K block's scaled, masked scores (-inf where a key is outside the sequence or the causal
-    window); the cube's Q K^T, the vector cores' scale and mask."""
+    window); the cube's Q K^T, the vector cores' scale and mask. kt_tile and mask_tile are a block's
+    offsets from its first key, the same for every block."""
     rn = n0 + tl.arange(0, BLOCK_N)
     col_ok = rn < SK
-    kt = tl.load(k_ptr + rd[:, None] * stride_kd + rn[None, :] * stride_kn, mask=d_ok[:, None] & col_ok[None, :],
-                 other=0.0)
+    kt = tl.load(k_head + n0 * stride_kn + kt_tile, mask=d_ok[:, None] & col_ok[None, :], other=0.0)
     scores = tl.dot(q, kt, input_precision=DOT_PRECISION) * scale
+    allowed = row_ok[:, None] & col_ok[None, :]
     if HAS_MASK:
-        mask_offsets = (bh // H) * mask_b + (bh % H) * mask_h + rm[:, None] * mask_s + rn[None, :] * mask_k
-        scores += tl.load(mask_ptr + mask_offsets, mask=row_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
-    allowed = col_ok[None, :] & row_ok[:, None]
+        scores += tl.load(mask_rows + n0 * mask_k + mask_tile, mask=allowed, other=0.0).to(tl.float32)
     if CAUSAL:
         allowed = allowed & (rn[None, :] <= rm[:, None] + (SK - S))
     return tl.where(allowed, scores, -float("inf")), rn, col_ok
@@ -164,26 +162,34 @@ def _attention_items(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, n_items, H, S, SK, 
     pid = tl.program_id(0)
     num_cores = tl.num_programs(0)
     tiles_m = tl.cdiv(S, BLOCK_M)
+    # a row tile's and a key block's offsets from their first element, the same for every item and
+    # block: made once here (in the interpreter each op costs about the same whatever its size)
+    rows = tl.arange(0, BLOCK_M)
+    keys = tl.arange(0, BLOCK_N)
     rd = tl.arange(0, BLOCK_D)
     d_ok = rd < D
+    row_tile = rows[:, None] * D + rd[None, :]  # Q and the output
+    kt_tile = rd[:, None] * stride_kd + keys[None, :] * stride_kn
+    v_tile = keys[:, None] * D + rd[None, :]
+    mask_tile = rows[:, None] * mask_s + keys[None, :] * mask_k
     for item in range(pid * n_items // num_cores, (pid + 1) * n_items // num_cores):  # this core's run
         bh = item // tiles_m
-        m_tile = item % tiles_m
-        rm = m_tile * BLOCK_M + tl.arange(0, BLOCK_M)
+        row0 = (item % tiles_m) * BLOCK_M
+        rm = row0 + rows
         row_ok = rm < S
-        q = tl.load(q_ptr + bh * S * D + rm[:, None] * D + rd[None, :], mask=row_ok[:, None] & d_ok[None, :],
-                    other=0.0)
+        rows_in = row_ok[:, None] & d_ok[None, :]
+        q = tl.load(q_ptr + (bh * S + row0) * D + row_tile, mask=rows_in, other=0.0)
         k_head = k_ptr + bh * SK * D
         v_head = v_ptr + bh * SK * D
+        mask_rows = mask_ptr + (bh // H) * mask_b + (bh % H) * mask_h + row0 * mask_s
         if ONE_BLOCK:  # the whole row at once: P normalized in UB, P @ V straight to the output
-            scores, rn, col_ok = _scores(q, k_head, mask_ptr, bh, rm, row_ok, rd, d_ok, 0, H, S, SK, scale,
-                                         stride_kd, stride_kn, mask_b, mask_h, mask_s, mask_k, BLOCK_N, HAS_MASK,
-                                         CAUSAL, DOT_PRECISION)
+            scores, rn, col_ok = _scores(q, k_head, mask_rows, rm, row_ok, d_ok, 0, S, SK, scale, kt_tile, mask_tile,
+                                         stride_kn, mask_k, BLOCK_N, HAS_MASK, CAUSAL, DOT_PRECISION)
             row_max = tl.max(scores, axis=1)
             probs = tl.exp(scores - tl.where(row_max == -float("inf"), 0.0, row_max)[:, None])
             row_sum = tl.sum(probs, axis=1)
             probs = probs / tl.where(row_sum == 0.0, 1.0, row_sum)[:, None]
-            v = tl.load(v_head + rn[:, None] * D + rd[None, :], mask=col_ok[:, None] & d_ok[None, :], other=0.0)
+            v = tl.load(v_head + v_tile, mask=col_ok[:, None] & d_ok[None, :], other=0.0)
             out = tl.dot(probs.to(v.dtype), v, input_precision=DOT_PRECISION)
         else:  # flash: online softmax over K/V blocks, the accumulator rescaled in UB each block
             running_max = tl.full((BLOCK_M,), -float("inf"), dtype=tl.float32)
@@ -191,22 +197,20 @@ def _attention_items(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, n_items, H, S, SK, 
             acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
             hi = SK
             if CAUSAL:
-                hi = tl.minimum(SK, (m_tile + 1) * BLOCK_M + SK - S)
+                hi = tl.minimum(SK, row0 + BLOCK_M + SK - S)
             for n0 in range(0, hi, BLOCK_N):
-                scores, rn, col_ok = _scores(q, k_head, mask_ptr, bh, rm, row_ok, rd, d_ok, n0, H, S, SK, scale,
-                                             stride_kd, stride_kn, mask_b, mask_h, mask_s, mask_k, BLOCK_N, HAS_MASK,
-                                             CAUSAL, DOT_PRECISION)
+                scores, rn, col_ok = _scores(q, k_head, mask_rows, rm, row_ok, d_ok, n0, S, SK, scale, kt_tile,
+                                             mask_tile, stride_kn, mask_k, BLOCK_N, HAS_MASK, CAUSAL, DOT_PRECISION)
                 new_max = tl.maximum(running_max, tl.max(scores, axis=1))
                 new_max = tl.where(new_max == -float("inf"), 0.0, new_max)
                 correction = tl.exp(running_max - new_max)
                 probs = tl.exp(scores - new_max[:, None])
                 running_sum = running_sum * correction + tl.sum(probs, axis=1)
-                v = tl.load(v_head + rn[:, None] * D + rd[None, :], mask=col_ok[:, None] & d_ok[None, :], other=0.0)
+                v = tl.load(v_head + n0 * D + v_tile, mask=col_ok[:, None] & d_ok[None, :], other=0.0)
                 acc = acc * correction[:, None] + tl.dot(probs.to(v.dtype), v, input_precision=DOT_PRECISION)
                 running_max = new_max
             out = acc / tl.where(running_sum == 0.0, 1.0, running_sum)[:, None]
-        tl.store(out_ptr + bh * S * D + rm[:, None] * D + rd[None, :], out.to(out_ptr.dtype.element_ty),
-                 mask=row_ok[:, None] & d_ok[None, :])
+        tl.store(out_ptr + (bh * S + row0) * D + row_tile, out.to(out_ptr.dtype.element_ty), mask=rows_in)
 
 
 def launch(task, config, inputs, outputs):
