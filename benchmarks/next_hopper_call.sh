@@ -5,10 +5,11 @@
 # On an H200: the FFN-epilogue grid and gemm_wgmma's table (neither has run on an H200), written
 # under benchmarks/results/ with their final names (and copied to $OUT), the h200 priors rebuilt
 # from them beside the tables h200.jsonl already names, then the tuned suites seeded by those
-# priors. On an H100 (run's kinds serve for each other): the tuned suites alone, a check against
-# the 2026-12-07 H100 results. Each step has its own timeout, so one that hangs costs only itself.
-# What comes back (at most 8 files): device.txt, the grid, the table, three suites' JSON, and
-# every step's output in steps.log; the priors are rebuilt here the same way from the grid and table.
+# priors. On an H100 (run's kinds serve for each other): the FFN-epilogue suite, then BERT-base tuned
+# with and without gemm_pingpong (the model-level A/B). Each step has its own timeout, so one that
+# hangs costs only itself. What comes back (at most 8 files): device.txt, the grid, the table, the
+# suites' or the two BERT runs' JSON, and every step's output in steps.log; the priors are rebuilt
+# here the same way from the grid and table.
 set -uo pipefail
 GPU=$(python3 -c "import torch; print(torch.cuda.get_device_name())")
 case "$GPU" in *H200*) T=h200;; *) T=h100;; esac
@@ -36,5 +37,15 @@ suite() {  # name, trials, case seconds, budget seconds
   echo "$1 rc $?"; cat /tmp/ops.log >> "$LOG"; grep " portkern=" /tmp/ops.log
 }
 suite gemm-epilogue 8 30 60
-suite attention 12 35 90
-suite gemm 12 25 90
+if [ "$T" = h200 ]; then
+  suite attention 12 35 90
+  suite gemm 12 25 90
+else  # the H100 ran both suites on 2026-12-07; what it has not run is BERT-base with and without gemm_pingpong
+  for skip in "" gemm_pingpong; do
+    timeout 200 python3 benchmarks/models/gpu_models.py --models bert-base --target h100 --time-budget 108 --rounds 2 \
+      --compile-workers 8 --compile-modes default ${skip:+--skip-variant $skip} --out "$OUT/bert${skip:+-without-$skip}.json" \
+      > /tmp/bert.log 2>&1
+    echo "bert ${skip:+without $skip} rc $?"; grep -v "^W1207\|dynamo" /tmp/bert.log >> "$LOG"; grep "^bert-base:" /tmp/bert.log
+  done
+  rm -rf "$OUT/bert-base.pkpack"
+fi
