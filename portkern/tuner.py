@@ -30,7 +30,7 @@ from .pack import Pack, PackEntry, write_pack
 from .partition import backend_tasks, summarize
 from .priors import Measured, nearest_configs, priors_for
 from .profile import TaskProfile, baseline_program, profile_tasks
-from .search.proposers import DERIVED_SEPARATOR, BuiltinProposer, Feedback, Proposer, RulesProposer
+from .search.proposers import BuiltinProposer, Feedback, Proposer, RulesProposer, base_variant_name
 from .search.records import RecordLog, TrialRecord
 from .search.strategy import ArtifactStore, SearchOptions, SearchResult, completed_config, model_ranked, search_workload
 from .search.worker import CompilePool, InProcessRunner, IsolatedRunner
@@ -289,11 +289,12 @@ def _run_tune(model_path: Path, options: TuneOptions, out: Path | None,
         f"{', '.join(p.name for p in proposers)}")
 
     unique = summarize(tasks)
-    offered = {variant.name for task, _ in unique for variant in backend.variants(task)}
-    unknown = sorted(set(options.skip_variants) - offered)
-    if unknown:
-        say(f"--skip-variant {', '.join(unknown)}: offered to no task of this model on {target.name} "
-            f"(offered: {', '.join(sorted(offered))})")
+    if options.skip_variants:
+        offered = {variant.name for task, _ in unique for variant in backend.variants(task)}
+        unknown = sorted(set(options.skip_variants) - offered)
+        if unknown:
+            say(f"--skip-variant {', '.join(unknown)}: offered to no task of this model on {target.name} "
+                f"(offered: {', '.join(sorted(offered))})")
     outcomes: list[TaskOutcome] = []
     kernel_timeout = None if backend.interprets_kernels else options.kernel_timeout_s
     runner_cm = (IsolatedRunner(target, options.trial_timeout_s, work_dir / "scratch", kernel_timeout_s=kernel_timeout)
@@ -397,11 +398,6 @@ def variant_admitted(variant: Variant, task: Task, options: TuneOptions) -> bool
     if base_variant_name(variant.name) in options.skip_variants:
         return False
     return options.allow_tf32 or not (variant.precision == "tf32" and task.dtype == "float32")
-
-
-def base_variant_name(name: str) -> str:
-    """The library variant a derived one was made from ('gemm_tma~rules-1a2b3c' -> 'gemm_tma')."""
-    return name.split(DERIVED_SEPARATOR, 1)[0]
 
 
 def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, pool: CompilePool | None,

@@ -40,6 +40,7 @@ from portkern.onnx_import import load_model
 from portkern.pack import Pack, PackEntry
 from portkern.partition import backend_tasks
 from portkern.runtime import Session
+from portkern.search.proposers import base_variant_name
 from portkern.search.records import Measurement, Verdict
 from portkern.tasks import Task
 
@@ -74,7 +75,7 @@ def rebuild_winners(result: str | Path, model: str) -> Winners:
     for key, info in winners.items():
         task = by_key[key]
         # a rule-derived variant (name~rules-...) is its base's source with a wider space
-        variant = next(v for v in backend.variants(task) if v.name == info["variant"].split("~")[0])
+        variant = next(v for v in backend.variants(task) if v.name == base_variant_name(info["variant"]))
         artifact = backend.compile(Candidate.of(variant, dict(info["config"])), task)
         entries[key] = PackEntry(key=key, task=task.describe(), backend=backend.name, variant=variant.name,
                                  origin="builtin", config=dict(info["config"]), artifact=artifact,

@@ -20,6 +20,11 @@ from .records import TrialRecord
 DERIVED_SEPARATOR = "~"
 
 
+def base_variant_name(name: str) -> str:
+    """The library variant a derived one was made from ('gemm_tma~rules-1a2b3c' -> 'gemm_tma')."""
+    return name.split(DERIVED_SEPARATOR, 1)[0]
+
+
 @dataclass
 class Feedback:
     """What the search has learned about one task, handed to a proposer each round."""

@@ -139,7 +139,7 @@ def interpreted_language() -> Iterator[None]:
     a device-function call without undoing it, which would break a later compile in this process.
     """
     # the mode is scoped to the launch: Triton's lazily imported parts check it too
-    with _MODE_LOCK, _triton_mode(interpret=True), _replaced(_interpreter_shortcuts()):
+    with _MODE_LOCK, _triton_mode(interpret=True), _replaced(_interpreter_shortcuts()), _one_torch_thread():
         _scalar_index_in_interpreter()
         namespaces = _language_namespaces()
         saved = [(owner, dict(vars(owner))) for owner in namespaces]
@@ -186,13 +186,19 @@ def _device_function_call(self: InterpretedFunction, *args: Any, **kwargs: Any) 
 
 
 def _erf_in_float64(values: Any, dtype: Any) -> Any:
-    """On one torch thread: the interpreter's numpy work between two calls lets torch's thread pool
-    sleep, and waking it cost 3.8 ms a call of a 64x256 tile (0.74 of 4.6 s of the NPU GEMM with
-    GELU) where one thread takes 0.1 ms, and as long as two over 3M elements."""
+    return torch.special.erf(torch.from_numpy(np.asarray(values, np.float64))).numpy().astype(dtype)
+
+
+@contextlib.contextmanager
+def _one_torch_thread() -> Iterator[None]:
+    """torch ops inside an interpreted kernel (the erf above) on one thread: the interpreter's numpy
+    work between two of them lets torch's pool sleep, and waking it cost 3.8 ms a call of a 64x256
+    tile (0.74 of 4.6 s of the NPU GEMM with GELU) where one thread takes 0.1 ms, and as long as two
+    over 3M elements; its spinning threads also slowed the numpy work after each call."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return torch.special.erf(torch.from_numpy(np.asarray(values, np.float64))).numpy().astype(dtype)
+        yield
     finally:
         torch.set_num_threads(threads)
 
