@@ -110,6 +110,8 @@ GATE_CASES: list[tuple[str, Callable[[], Task], dict[str, Any]]] = [
     ("gemm-fp16-lead-pair-staged-residual", lambda: gemm_task(300, 270, 200, "float16", bias=True, residual=True),
      {"BLOCK_M": 64, "BLOCK_N": 256, "L1_PANEL": "b", "LEAD": "pair2", "L1_STEPS": 4, "BUFFERS": 3,
       "STAGING": "output", "PROGRAMS": 2}),
+    ("gemm-fp16-lead-pair-a-panel-even-k-bias", lambda: gemm_task(150, 520, 256, "float16", bias=True),
+     {"BLOCK_M": 64, "BLOCK_N": 128, "L1_PANEL": "a", "LEAD": "pair2", "L1_STEPS": 4, "BUFFERS": 3, "PROGRAMS": 2}),
     ("gemm-fp16-lead-steps-a-panel-tanh", lambda: gemm_task(100, 600, 77, "float16", activation="tanh"),
      {"BLOCK_M": 64, "BLOCK_N": 256, "L1_PANEL": "a", "LEAD": "steps2", "L1_STEPS": 8, "PROGRAMS": 2}),
     ("gemm-fp32-transb-gelu-residual-chunks",
@@ -310,8 +312,8 @@ def test_check_rejects_a_lead_it_cannot_use(npu: NpuBackend) -> None:
 
 @pytest.mark.parametrize("lead, broken", [
     ("pair2", ("acc1 = _k_step_lead(acc1", "acc1 = acc1 * 0 + _k_step_lead(acc1 * 0")),
-    ("steps2", ("b += tl.load(b_ptr + b_offsets, mask=b_mask & rows[:, None]",
-                "b = tl.load(b_ptr + b_offsets, mask=b_mask & rows[:, None]")),
+    ("steps2", ("b += tl.load(b_slice + k0 * stride_bk, mask=in_piece[:, None]",
+                "b = tl.load(b_slice + k0 * stride_bk, mask=in_piece[:, None]")),
 ], ids=["pair-forgets-its-second-tile", "steps-keep-only-the-last-piece"])
 def test_the_gate_sees_the_lead_path(npu: NpuBackend, lead: str, broken: tuple[str, str]) -> None:
     """The lead code is what runs for these configs: a kernel whose lead is wrong fails the gate."""

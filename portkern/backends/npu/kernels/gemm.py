@@ -86,27 +86,31 @@ def _tile_start(tile, tiles_m, tiles_n, bias_ptr, N, k_lo, BLOCK_M: tl.constexpr
 
 
 @triton.jit
-def _k_step_lead(acc, a_ptr, b_ptr, rm, rn, k0, M, N, K, stride_bk, stride_bn, K_SLICE: tl.constexpr,
-                 LEAD_SLICE: tl.constexpr, PANEL_A: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """One L1 load of the tile's own operand, K_SLICE deep, while the panel's part of it streams in
-    LEAD_SLICE-deep loads (each its own DMA; the pieces do not overlap, so their sum is the slice)."""
-    rk = k0 + tl.arange(0, K_SLICE)
-    a_mask = (rm < M)[:, None] & (rk < K)[None, :]
-    b_mask = (rk < K)[:, None] & (rn < N)[None, :]
-    a_offsets = rm[:, None] * K + rk[None, :]
-    b_offsets = rk[:, None] * stride_bk + rn[None, :] * stride_bn
-    if PANEL_A:
-        b = tl.load(b_ptr + b_offsets, mask=b_mask, other=0.0)
-        a = tl.zeros((rm.shape[0], K_SLICE), dtype=a_ptr.dtype.element_ty)
-        for piece in tl.static_range(0, K_SLICE, LEAD_SLICE):
-            rows = (rk >= k0 + piece) & (rk < k0 + piece + LEAD_SLICE)
-            a += tl.load(a_ptr + a_offsets, mask=a_mask & rows[None, :], other=0.0)
+def _k_step_lead(acc, a_slice, a_rows_in, b_slice, b_cols_in, k0, K, stride_bk, K_SLICE: tl.constexpr,
+                 LEAD_SLICE: tl.constexpr, PANEL_A: tl.constexpr, EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """_k_step while the panel streams in: one L1 load of the tile's own operand, K_SLICE deep, and the
+    panel's part of the slice in LEAD_SLICE-deep loads (each its own DMA; the pieces do not overlap,
+    so their sum is the slice)."""
+    rk = tl.arange(0, K_SLICE)
+    if EVEN_K:
+        a_mask = a_rows_in
+        b_mask = b_cols_in
     else:
-        a = tl.load(a_ptr + a_offsets, mask=a_mask, other=0.0)
-        b = tl.zeros((K_SLICE, rn.shape[0]), dtype=b_ptr.dtype.element_ty)
+        k_in = k0 + rk < K
+        a_mask = a_rows_in & k_in[None, :]
+        b_mask = k_in[:, None] & b_cols_in
+    if PANEL_A:
+        b = tl.load(b_slice + k0 * stride_bk, mask=b_mask, other=0.0)
+        a = tl.zeros((a_rows_in.shape[0], K_SLICE), dtype=a_slice.dtype.element_ty)
         for piece in tl.static_range(0, K_SLICE, LEAD_SLICE):
-            rows = (rk >= k0 + piece) & (rk < k0 + piece + LEAD_SLICE)
-            b += tl.load(b_ptr + b_offsets, mask=b_mask & rows[:, None], other=0.0)
+            in_piece = (rk >= piece) & (rk < piece + LEAD_SLICE)
+            a += tl.load(a_slice + k0, mask=a_mask & in_piece[None, :], other=0.0)
+    else:
+        a = tl.load(a_slice + k0, mask=a_mask, other=0.0)
+        b = tl.zeros((K_SLICE, b_cols_in.shape[1]), dtype=b_slice.dtype.element_ty)
+        for piece in tl.static_range(0, K_SLICE, LEAD_SLICE):
+            in_piece = (rk >= piece) & (rk < piece + LEAD_SLICE)
+            b += tl.load(b_slice + k0 * stride_bk, mask=in_piece[:, None] & b_mask, other=0.0)
     return tl.dot(a, b, acc, input_precision=DOT_PRECISION)
 
 
@@ -153,15 +157,18 @@ def _gemm_tiles(a_ptr, b_ptr, bias_ptr, residual_ptr, out_ptr, ws_ptr, M, N, K, 
             if segment == first // line:  # the run's first tile (two, side by side) while the panel streams in
                 m0, rm0, rn0, acc0 = _tile_start(lo, tiles_m, tiles_n, bias_ptr, N, 0, BLOCK_M, BLOCK_N, ALONG_M,
                                                  HAS_BIAS)
+                a0, a0_in, b0, b0_in = _tile_operands(a_ptr, b_ptr, rm0, rn0, M, N, K, stride_bk, stride_bn, K_SLICE)
                 if LEAD_TILES == 2:  # constraints: the segment holds two tiles
                     m1, rm1, rn1, acc1 = _tile_start(lo + 1, tiles_m, tiles_n, bias_ptr, N, 0, BLOCK_M, BLOCK_N,
                                                      ALONG_M, HAS_BIAS)
+                    a1, a1_in, b1, b1_in = _tile_operands(a_ptr, b_ptr, rm1, rn1, M, N, K, stride_bk, stride_bn,
+                                                          K_SLICE)
                 for k0 in range(0, K, K_SLICE):  # the panel in LEAD_SLICE-deep loads; a pair shares each
-                    acc0 = _k_step_lead(acc0, a_ptr, b_ptr, rm0, rn0, k0, M, N, K, stride_bk, stride_bn, K_SLICE,
-                                        LEAD_SLICE, not ALONG_M, DOT_PRECISION)
+                    acc0 = _k_step_lead(acc0, a0, a0_in, b0, b0_in, k0, K, stride_bk, K_SLICE, LEAD_SLICE,
+                                        not ALONG_M, EVEN_K, DOT_PRECISION)
                     if LEAD_TILES == 2:
-                        acc1 = _k_step_lead(acc1, a_ptr, b_ptr, rm1, rn1, k0, M, N, K, stride_bk, stride_bn,
-                                            K_SLICE, LEAD_SLICE, not ALONG_M, DOT_PRECISION)
+                        acc1 = _k_step_lead(acc1, a1, a1_in, b1, b1_in, k0, K, stride_bk, K_SLICE, LEAD_SLICE,
+                                            not ALONG_M, EVEN_K, DOT_PRECISION)
                 _tile_finish(acc0, slots, residual_ptr, out_ptr, m0, rm0, rn0, 0, M, N, K, K_DEPTH, BLOCK_M,
                              BLOCK_N, VECTOR, EPILOGUE_ROWS, ACTIVATION, HAS_RESIDUAL)
                 if LEAD_TILES == 2:
