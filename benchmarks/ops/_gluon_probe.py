@@ -58,5 +58,6 @@ def write_record(out: Path | None, probe: str, rows: list[dict[str, Any]]) -> No
               "command": " ".join(sys.argv), "python": platform.python_version(), "torch": torch.__version__,
               "triton": triton.__version__,
               "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "none (sm_90 cross-compile)",
+              "machine": BACKEND.fingerprint(),  # on a GPU: its driver and CUDA too
               "rows": rows}
     out.write_text(json.dumps(record, indent=1))
