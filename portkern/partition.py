@@ -28,7 +28,9 @@ Patterns (kinds and kernel signatures are in tasks.py):
   layernorm   LayerNormalization (last axis), or ReduceMean -> Sub -> Pow 2 | Mul(d,d) -> ReduceMean
               -> Add eps -> Sqrt -> Div | Reciprocal*x -> Mul gamma -> Add beta
   rmsnorm     Pow 2 | Mul(x,x) -> ReduceMean -> Add eps -> Sqrt -> Div | Reciprocal*x -> Mul gamma
-              (both norms: the scale may follow a Cast that keeps the dtype, as transformers writes)
+              (both norms: the scale may follow a Cast that keeps the dtype, as transformers writes;
+              a norm computed in a wider float, its input cast up and the result cast back, is a
+              task on the input's dtype)
   softmax     Softmax over the last axis (outside attention)
   reduce      ReduceSum/Mean/Max/Min (outside norms)
   elementwise maximal trees of elementwise ops whose intermediates have one consumer
@@ -113,6 +115,8 @@ _BINARY_FUNCS: dict[str, Callable[[Any, Any], np.ndarray]] = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "pow": np.power,
     "max": np.maximum, "min": np.minimum}
 _ADDS = ("Add", "Sum")  # a two-input Sum (older exports' residual add) is an Add
+# the float dtypes each float dtype converts to and back exactly
+_EXACT_WIDENINGS = {"float16": ("float32", "float64"), "bfloat16": ("float32", "float64"), "float32": ("float64",)}
 _MAX_ACTIVATION_NODES = 12
 _CAUSAL_MASKED_AT_MOST = -1e4
 _PROBE = np.linspace(-8.0, 8.0, 161)
@@ -212,13 +216,32 @@ class _Context:
         return node.op_type == "Identity" or (
             node.op_type == "Cast" and self.spec(node.outputs[0]).dtype == self.spec(node.inputs[0]).dtype)
 
+    def widens(self, node: Node | None) -> bool:
+        """A Cast to a float dtype that holds every value of its input's exactly (float16 to
+        float32): the way back to the input's dtype returns the value unchanged."""
+        return node is not None and node.op_type == "Cast" and \
+            self.spec(node.outputs[0]).dtype in _EXACT_WIDENINGS.get(self.spec(node.inputs[0]).dtype, ())
+
+    def cast_back(self, value: str, dtype: str) -> Node | None:
+        """The sole user of `value` when it is a Cast to `dtype`."""
+        node = self.sole_user(value, "Cast")
+        return node if node is not None and self.spec(node.outputs[0]).dtype == dtype else None
+
     def pass_through(self, value: str) -> tuple[str, list[Node]]:
-        """Follow `value` through sole users that copy it unchanged (is_copy), so a pattern sees
-        past them; the nodes passed become part of the match."""
+        """Follow `value` through sole users that copy it unchanged (is_copy), and through a
+        widening Cast with the Cast back after it (transformers' softmax probabilities in a
+        float16 model: float32 and back), so a pattern sees past them; the nodes passed become
+        part of the match."""
         passed: list[Node] = []
-        while (node := self.sole_user(value, "Identity", "Cast")) is not None and self.is_copy(node):
-            passed.append(node)
-            value = node.outputs[0]
+        while (node := self.sole_user(value, "Identity", "Cast")) is not None:
+            if self.is_copy(node):
+                steps = [node]
+            elif self.widens(node) and (back := self.cast_back(node.outputs[0], self.spec(value).dtype)):
+                steps = [node, back]
+            else:
+                break
+            passed += steps
+            value = steps[-1].outputs[0]
         return value, passed
 
     def other_input(self, node: Node, value: str) -> str | None:
@@ -715,6 +738,20 @@ def _affine(ctx: _Context, value: str, op_types: Sequence[str], n: int) -> tuple
     return node, other
 
 
+def _norm_io(ctx: _Context, x: str, normalized: str) -> tuple[str, str, list[Node]]:
+    """(input, normalized value, the casts and copies between): past copies of the normalized
+    value, and where the exporter normalizes in a wider float (the input cast up, the normalized
+    value cast back to the input's dtype: LlamaRMSNorm in a float16 model), from the input before
+    the cast: the task reads and writes the model's dtype and computes in float32 as its kernels do."""
+    cur, passed = ctx.pass_through(normalized)
+    up = ctx.producer.get(x)
+    back = ctx.cast_back(cur, ctx.spec(up.inputs[0]).dtype) if up is not None and ctx.widens(up) else None
+    if up is None or back is None:
+        return x, cur, passed
+    cur, after = ctx.pass_through(back.outputs[0])
+    return up.inputs[0], cur, [up, *passed, back, *after]
+
+
 def _norm_match(ctx: _Context, kind: str, x: str, nodes: list[Node], eps: float, out: str,
                 params: list[str]) -> _Match:
     numel = ctx.spec(x).numel
@@ -741,7 +778,7 @@ def _match_layernorm_primitive(ctx: _Context, mean: Node) -> _Match | None:
     if normalized is None:
         return None
     norm_nodes, eps, cur = normalized
-    cur, passed = ctx.pass_through(cur)
+    x, cur, passed = _norm_io(ctx, x, cur)
     n = ctx.shape(x)[-1]
     scaled = _affine(ctx, cur, ("Mul",), n)
     shifted = _affine(ctx, scaled[0].outputs[0], _ADDS, n) if scaled else None
@@ -762,7 +799,7 @@ def _match_rmsnorm(ctx: _Context, square: Node) -> _Match | None:
     if normalized is None:
         return None
     norm_nodes, eps, cur = normalized
-    cur, passed = ctx.pass_through(cur)  # transformers' LlamaRMSNorm casts back to the input's dtype
+    x, cur, passed = _norm_io(ctx, x, cur)  # transformers' LlamaRMSNorm casts back to the input's dtype
     scaled = _affine(ctx, cur, ("Mul",), ctx.shape(x)[-1])
     if scaled is None:
         return None

@@ -408,6 +408,75 @@ def test_rmsnorm_as_transformers_writes_it() -> None:
     _assert_is_the_rmsnorm_task(task, 3, 16)
 
 
+def _cast(builder: GraphBuilder, value: str, shape: tuple[int, ...], dtype: str) -> str:
+    return builder.op("Cast", [value], shape, dtype, to=helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
+
+
+@pytest.mark.parametrize("back_to", ["float16", None])
+def test_attention_sees_past_float32_and_back_in_a_float16_model(back_to: str | None) -> None:
+    """transformers' eager attention in a float16 export (ViT, LLaMA): the float16 probabilities
+    cast to float32 and straight back, an exact round trip: one attention task on float16. Cast
+    up only (the product then in float32) is a real change of dtype: no attention task."""
+    b, h, s, d = 1, 2, 6, 8
+    builder = GraphBuilder("round_trip_probs", "float16")
+    kt = builder.op("Transpose", [builder.input("k", (b, h, s, d))], (b, h, d, s), perm=[0, 1, 3, 2])
+    scores = builder.op("MatMul", [builder.input("q", (b, h, s, d)), kt], (b, h, s, s))
+    scaled = builder.op("Mul", [scores, builder.constant(np.float16(1 / math.sqrt(d)))], (b, h, s, s))
+    probs = _cast(builder, builder.op("Softmax", [scaled], (b, h, s, s), axis=-1), (b, h, s, s), "float32")
+    if back_to:
+        probs = _cast(builder, probs, (b, h, s, s), back_to)
+    dtype = back_to or "float32"
+    out = builder.op("MatMul", [probs, builder.input("v", (b, h, s, d), dtype)], (b, h, s, d), dtype)
+    tasks = partition(builder.graph([out]))
+    if back_to is None:
+        assert "attention" not in [task.kind for task in tasks]
+        return
+    task = builder.task(out)
+    eager = synthetic.attention_task(b, h, s, d, "float16")
+    assert task.kind == "attention" and task.inputs == eager.inputs and task.outputs == eager.outputs
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal(spec.shape) for spec in task.inputs)
+    np.testing.assert_allclose(task.reference([q, k, v])[0], eager.reference([q, k, v])[0], rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("kind", ["rmsnorm", "layernorm"])
+@pytest.mark.parametrize("cast_back", [True, False])
+def test_a_norm_computed_in_float32_is_a_task_on_the_models_float16(kind: str, cast_back: bool) -> None:
+    """LlamaRMSNorm (and layer norms written the same way) in a float16 export: the input cast to
+    float32, normalized there, cast back to float16, then the weight: one norm task reading and
+    writing float16, the same workload as the plain float16 norm. Without the cast back the
+    normalized value stays float32: the task is the float32 norm after the cast, as before."""
+    rows, cols = 3, 16
+    builder = GraphBuilder("wide_norm", "float16")
+    x16 = builder.input("x", (rows, cols))
+    x = wide = _cast(builder, x16, (rows, cols), "float32")
+    if kind == "layernorm":
+        mean = builder.op("ReduceMean", [x], (rows, 1), "float32", axes=[-1], keepdims=1)
+        x = builder.op("Sub", [x, mean], (rows, cols), "float32")
+    square = builder.op("Pow", [x, builder.constant(2.0, "float32")], (rows, cols), "float32")
+    variance = builder.op("ReduceMean", [square], (rows, 1), "float32", axes=[-1], keepdims=1)
+    eps = 1e-5 if kind == "layernorm" else 1e-6
+    std = builder.op("Sqrt", [builder.op("Add", [variance, builder.constant(eps, "float32")], (rows, 1), "float32")],
+                     (rows, 1), "float32")
+    normalized = builder.op("Div", [x, std], (rows, cols), "float32")
+    dtype = "float16" if cast_back else "float32"
+    if cast_back:
+        normalized = _cast(builder, normalized, (rows, cols), "float16")
+    out = builder.op("Mul", [normalized, builder.input("gamma", (cols,), dtype)], (rows, cols), dtype)
+    params = ["gamma"]
+    if kind == "layernorm":
+        params.append("beta")
+        out = builder.op("Add", [out, builder.input("beta", (cols,), dtype)], (rows, cols), dtype)
+    task = next(t for t in partition(builder.graph([out])) if t.kind == kind)
+    plain = getattr(synthetic, f"{kind}_task")(rows, cols, dtype, eps=eps)
+    assert (task.inputs, task.outputs) == (plain.inputs, plain.outputs)
+    assert task.attr("eps") == pytest.approx(eps, rel=1e-6)
+    assert task.input_names == ("x" if cast_back else wide, *params)
+    rng = np.random.default_rng(0)
+    values = [rng.standard_normal(spec.shape) for spec in task.inputs]
+    np.testing.assert_allclose(task.reference(values)[0], plain.reference(values)[0], rtol=1e-6, atol=1e-6)
+
+
 def test_a_cast_to_the_same_dtype_is_no_step_and_alone_no_task() -> None:
     """transformers casts a float32 residual to float32 before each LlamaRMSNorm: a copy, no kernel
     of its own (a kernel that only copies costs a launch for nothing), and no step inside a chain
