@@ -5,11 +5,11 @@
 # On an H200: the FFN-epilogue grid and gemm_wgmma's table (neither has run on an H200), written
 # under benchmarks/results/ with their final names (and copied to $OUT), the h200 priors rebuilt
 # from them beside the tables h200.jsonl already names, then the tuned suites seeded by those
-# priors. On an H100 (run's kinds serve for each other): the FFN-epilogue suite, then BERT-base tuned
-# with and without gemm_pingpong (the model-level A/B). Each step has its own timeout, so one that
-# hangs costs only itself. What comes back (at most 8 files): device.txt, the grid, the table, the
-# suites' or the two BERT runs' JSON, and every step's output in steps.log; the priors are rebuilt
-# here the same way from the grid and table.
+# priors. On an H100 (run's kinds serve for each other): a 4-layer LLaMA at TinyLlama's width,
+# GPT-2 small and ViT-B/16, whole models no GPU run has tuned
+# (gpu_models.py). Each step has its own timeout, so one that hangs costs only itself. What comes
+# back (at most 8 files): device.txt, the grid, the table, the suites' or the models' JSON, and every
+# step's output in steps.log; the priors are rebuilt here the same way from the grid and table.
 set -uo pipefail
 GPU=$(python3 -c "import torch; print(torch.cuda.get_device_name())")
 case "$GPU" in *H200*) T=h200;; *) T=h100;; esac
@@ -36,16 +36,15 @@ suite() {  # name, trials, case seconds, budget seconds
     --case-seconds "$3" --budget-seconds "$4" --out "$OUT/ops-$1.json" > /tmp/ops.log 2>&1
   echo "$1 rc $?"; cat /tmp/ops.log >> "$LOG"; grep " portkern=" /tmp/ops.log
 }
-suite gemm-epilogue 8 30 60
 if [ "$T" = h200 ]; then
+  suite gemm-epilogue 8 30 60
   suite attention 12 35 90
   suite gemm 12 25 90
-else  # the H100 ran both suites on 2026-12-07; what it has not run is BERT-base with and without gemm_pingpong
-  for skip in "" gemm_pingpong; do
-    timeout 200 python3 benchmarks/models/gpu_models.py --models bert-base --target h100 --time-budget 108 --rounds 2 \
-      --compile-workers 8 --compile-modes default ${skip:+--skip-variant $skip} --out "$OUT/bert${skip:+-without-$skip}.json" \
-      > /tmp/bert.log 2>&1
-    echo "bert ${skip:+without $skip} rc $?"; grep -v "^W1207\|dynamo" /tmp/bert.log >> "$LOG"; grep "^bert-base:" /tmp/bert.log
+else  # the H100 ran the suites and BERT's A/B on 2026-12-07; what no GPU has run is these three models
+  for model in llama gpt2 vit-base; do
+    timeout 190 python3 benchmarks/models/gpu_models.py --models $model --target h100 --time-budget 60 --rounds 2 \
+      --compile-workers 8 --compile-modes default --out "$OUT/$model.json" > /tmp/model.log 2>&1
+    echo "$model rc $?"; grep -v "^W12\|dynamo" /tmp/model.log >> "$LOG"; grep "^$model:" /tmp/model.log
+    rm -rf "$OUT/$model.pkpack"
   done
-  rm -rf "$OUT/bert-base.pkpack"
 fi

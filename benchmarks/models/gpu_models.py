@@ -1,13 +1,27 @@
-"""Whole models on one GPU: BERT-base and ResNet-50, fp16, batch 32. portkern tunes each within a
-time budget, then `portkern.Session(model, pack)` (values on the device, CUDA graph replay) is timed
-side by side with torch eager, torch.compile and torch.compile(mode="max-autotune") of the same
-torch module, in the same process, on the same inputs; the Session's output is checked against
-onnxruntime (CPU) within fp16 tolerance.
+"""Whole models on one GPU, fp16, random init (seed 0), each at its own batch (--batch sets all):
+  bert-base  transformers BertModel, 12 layers, 768 wide, 12 heads, batch 32 x seq 128
+  resnet50   torchvision resnet50, batch 32 x 3 x 224 x 224
+  gpt2       transformers GPT2Model (no LM head) at GPT-2 small: 12 layers, 768 wide, 12 heads,
+             1024 positions, vocab 50257; batch 8 x seq 512 (causal mask built in the graph)
+  vit-base   transformers ViTModel at ViT-B/16: 12 layers, 768 wide, 12 heads, MLP 3072, 224 px in
+             16 px patches (197 tokens), no pooler; batch 32
+  llama      transformers LlamaModel (no LM head) at TinyLlama-1.1B's width: 2048 wide, MLP 5632, 32
+             query heads sharing 4 key/value heads, vocab 32000, default rotary embeddings, but 4 of its
+             22 layers (a 0.5 GB fp16 ONNX file); batch 4 x seq 512 (causal mask built in the graph)
+gpt2, vit-base and llama are built by one builder from their transformers config and model classes
+(eager attention, no key/value cache), take their one input (input_ids or pixel_values) and return
+last_hidden_state: shapes nobody tuned portkern for. portkern tunes each model within a time budget,
+then `portkern.Session(model, pack)` (values on the device, CUDA graph replay) is timed side by side
+with torch eager, torch.compile and torch.compile(mode="max-autotune") of the same torch module, in
+the same process, on the same inputs; the Session's output is checked against onnxruntime (CPU)
+within fp16 tolerance.
 
     bash benchmarks/gpu_run.sh python3 benchmarks/models/gpu_models.py --models bert-base \\
         --time-budget 240 --out $OUT/gpu-models-bert.json
     bash benchmarks/gpu_run.sh python3 benchmarks/models/gpu_models.py --models resnet50 \\
         --time-budget 240 --out $OUT/gpu-models-resnet50.json
+    bash benchmarks/gpu_run.sh python3 benchmarks/models/gpu_models.py --models llama \\
+        --time-budget 240 --out $OUT/gpu-models-llama.json
     python benchmarks/models/gpu_models.py --smoke      # tiny fp32 stand-ins on the CPU: checks the script
 
 Every runner is timed the same way, in two io modes: feeds from host memory and outputs back in host
@@ -16,10 +30,13 @@ part of it), and feeds already on the device with the outputs left there (torch 
 serving stack that keeps its tensors on the GPU sees). The device is synchronized before and after
 each run, host clock; rounds of runs alternate between runners so a change in the machine's state
 hits all of them.
-Besides the module that was exported (eager attention), BERT's row also times torch eager with
-transformers' SDPA attention, the faster path a torch user would get by default.
---smoke: a 1-layer BERT and a one-block ResNet-style CNN (torchvision is not needed) at batch 2, fp32,
-the Triton interpreter for portkern's kernels, no torch.compile.
+Besides the module that was exported (eager attention), each transformers model's row also times
+torch eager with transformers' SDPA attention (torch_eager_sdpa, where the model takes it), the
+faster path a torch user would get by default.
+--smoke: tiny stand-ins at batch 2, fp32, the Triton interpreter for portkern's kernels, no
+torch.compile: each transformers model at 1 layer, 32 wide, 16 tokens (ViT: a 32 px image in 8 px
+patches, 17 tokens; Llama keeps 2 key/value heads for its 4 query heads), vocabulary 128 (BERT's
+100, GPT-2's own 50257), and a one-block ResNet-style CNN (torchvision is not needed).
 
 Each model's tuned pack is kept beside --out (<model>.pkpack): `python -m portkern.priors --pack` turns
 its kernels into priors for later tunes on the same chip.
@@ -31,14 +48,17 @@ where commands are limited to 10 minutes (--batch and --compile-modes trim a run
 from __future__ import annotations
 
 import argparse
+import copy
 import datetime
+import functools
 import json
 import shutil
 import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, replace
+import warnings
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -51,6 +71,9 @@ from portkern.backends import get_backend
 from portkern.hwprofile import load_target
 from portkern.measure import MeasureOptions
 from portkern.models import _bert_module, export_bert, random_feeds
+
+sys.path.insert(0, str(Path(__file__).parent))
+from export_hf import _eager, _Field  # noqa: E402  (eager attention; one output field as a plain tensor)
 
 Run = Callable[[], Any]
 
@@ -68,6 +91,50 @@ class BertSize:
 
 BERT_BASE = BertSize(layers=12, hidden=768, heads=12, intermediate=3072, vocab=30522, batch=32, seq=128)
 BERT_SMOKE = BertSize(layers=1, hidden=32, heads=2, intermediate=64, vocab=100, batch=2, seq=16)
+RESNET_BATCH = 32  # resnet50's (--smoke's TinyResNet: 2)
+
+
+@dataclass(frozen=True)
+class TransformersSpec:
+    """A transformers model without a task head, built from its config class (random init, seed 0)
+    and fed one input: token ids (an input named *_ids; random_feeds draws them in [0, 100), so the
+    vocabulary is at least 100) or floats (pixel values)."""
+    config: str  # the config class in transformers, e.g. "GPT2Config"
+    model: str  # the model class built from it, e.g. "GPT2Model"
+    sizes: dict[str, Any]  # the config's arguments
+    input: str  # the one input the exported module takes: "input_ids" or "pixel_values"
+    example: tuple[int, ...]  # one example's shape, batch left out: (seq,) or (3, side, side)
+    batch: int
+    model_args: dict[str, Any] = field(default_factory=dict)  # the model class's own arguments
+    output: str = "last_hidden_state"  # the output field exported and timed
+
+
+# GPT-2 small: 12 layers, 768 wide, 12 heads, the causal mask built in the graph, GELU written out
+GPT2_SMALL = TransformersSpec("GPT2Config", "GPT2Model", dict(n_layer=12, n_embd=768, n_head=12, n_positions=1024,
+                                                             vocab_size=50257), "input_ids", (512,), batch=8)
+GPT2_SMOKE = TransformersSpec("GPT2Config", "GPT2Model", dict(n_layer=1, n_embd=32, n_head=2, n_positions=64),
+                              "input_ids", (16,), batch=2)  # GPT-2's vocabulary: its bos/eos token is 50256
+# ViT-B/16 at 224 px: 196 patches and the class token; no pooler (its output is not exported)
+VIT_B16 = TransformersSpec("ViTConfig", "ViTModel", dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12,
+                                                         intermediate_size=3072, image_size=224, patch_size=16),
+                           "pixel_values", (3, 224, 224), batch=32, model_args=dict(add_pooling_layer=False))
+VIT_SMOKE = TransformersSpec("ViTConfig", "ViTModel", dict(num_hidden_layers=1, hidden_size=32, num_attention_heads=2,
+                                                           intermediate_size=64, image_size=32, patch_size=8),
+                             "pixel_values", (3, 32, 32), batch=2, model_args=dict(add_pooling_layer=False))
+# TinyLlama-1.1B's width (32 query heads sharing 4 key/value heads, default rotary embeddings, RMSNorm,
+# SiLU-gated MLP) at 4 of its 22 layers: the fp16 ONNX file is about 0.5 GB, well under protobuf's 2 GB
+LLAMA_4L = TransformersSpec("LlamaConfig", "LlamaModel", dict(num_hidden_layers=4, hidden_size=2048,
+                                                              intermediate_size=5632, num_attention_heads=32,
+                                                              num_key_value_heads=4, vocab_size=32000,
+                                                              max_position_embeddings=2048, rms_norm_eps=1e-5),
+                            "input_ids", (512,), batch=4)
+LLAMA_SMOKE = TransformersSpec("LlamaConfig", "LlamaModel", dict(num_hidden_layers=1, hidden_size=32,
+                                                                 intermediate_size=88, num_attention_heads=4,
+                                                                 num_key_value_heads=2, vocab_size=128,
+                                                                 max_position_embeddings=64), "input_ids", (16,),
+                               batch=2)
+TRANSFORMERS_MODELS = {"gpt2": (GPT2_SMALL, GPT2_SMOKE), "vit-base": (VIT_B16, VIT_SMOKE),
+                       "llama": (LLAMA_4L, LLAMA_SMOKE)}  # name: (full size, --smoke stand-in)
 
 
 @dataclass
@@ -92,6 +159,56 @@ def bert(name: str, size: BertSize, dtype: str, device: torch.device, folder: Pa
     return ModelUnderTest(name, f"BertModel L{size.layers} H{size.hidden} A{size.heads} I{size.intermediate}, "
                           f"batch {size.batch} x seq {size.seq}, {dtype}, random init",
                           path, {"input_ids": (size.batch, size.seq)}, module, {"torch_eager_sdpa": sdpa})
+
+
+class _TokensField(_Field):
+    """export_hf's _Field for a model fed token ids alone, with an attention mask of ones made from
+    them in the graph (no padding): given neither a mask nor a key/value cache, transformers looks
+    for packed sequences in the position ids with torch.diff, which the legacy exporter cannot export
+    at opset 17 (and which syncs the host in eager torch)."""
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return getattr(self.model(input_ids, attention_mask=torch.ones_like(input_ids)), self.field)
+
+
+def transformers_model(name: str, spec: TransformersSpec, dtype: str, device: torch.device,
+                       folder: Path) -> ModelUnderTest:
+    """spec's transformers model (random init, seed 0) with eager attention (plain ONNX ops; a
+    decoder's causal mask and position ids are built in the graph from the token ids alone), no
+    key/value cache, wrapped as export_hf does to take its one input and return one output field as a
+    plain tensor; exported at batch 1 with a dynamic batch axis from the very module that is timed.
+    Beside it, a copy of the same weights with transformers' SDPA attention where the model takes it."""
+    import transformers
+
+    config = _eager(getattr(transformers, spec.config)(**spec.sizes))
+    if hasattr(config, "use_cache"):
+        config.use_cache = False  # no key/value cache built or returned
+    torch.manual_seed(0)
+    model = getattr(transformers, spec.model)(config, **spec.model_args)
+    torch_dtype = getattr(torch, dtype)
+    tokens = spec.input.endswith("_ids")
+    module = (_TokensField if tokens else _Field)(model, spec.output).eval().to(device=device, dtype=torch_dtype)
+    if tokens:
+        example = torch.randint(0, min(config.vocab_size, 100), (1, *spec.example), device=device)
+    else:
+        example = torch.randn(1, *spec.example, device=device, dtype=torch_dtype)
+    path = folder / f"{name}-{dtype}.onnx"
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the legacy exporter's deprecation and tracer notes
+        torch.onnx.export(module, (example,), str(path), input_names=[spec.input], output_names=[spec.output],
+                          dynamic_axes={spec.input: {0: "batch"}, spec.output: {0: "batch"}}, opset_version=17,
+                          dynamo=False)
+    extra: dict[str, torch.nn.Module] = {}
+    sdpa = copy.deepcopy(module)  # its own config: the exported module stays eager
+    if getattr(sdpa.model, "_supports_sdpa", False):
+        sdpa.model.set_attn_implementation("sdpa")
+        if sdpa.model.config._attn_implementation == "sdpa":  # a model that cannot switch only warns
+            extra["torch_eager_sdpa"] = sdpa
+    sizes = ", ".join(f"{key}={value}" for key, value in spec.sizes.items())
+    shape = (spec.batch, *spec.example)
+    return ModelUnderTest(name, f"{spec.model}({sizes}) {spec.output}, {spec.input} "
+                          f"{' x '.join(map(str, shape))}, {dtype}, random init, eager attention",
+                          path, {spec.input: shape}, module, extra)
 
 
 class TinyResNet(torch.nn.Module):
@@ -340,7 +457,11 @@ def bench_model(model: ModelUnderTest, args: argparse.Namespace, device: torch.d
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default="bert-base,resnet50", help="comma-separated: bert-base, resnet50")
+    parser.add_argument("--models", default="bert-base,resnet50",
+                        help="comma-separated: bert-base (BertModel L12 H768, batch 32 x seq 128), resnet50 "
+                             "(batch 32 x 3 x 224 x 224), gpt2 (GPT2Model, GPT-2 small, batch 8 x seq 512), vit-base "
+                             "(ViTModel B/16, batch 32 x 3 x 224 x 224), llama (LlamaModel at TinyLlama-1.1B's width, "
+                             "4 layers, batch 4 x seq 512)")
     parser.add_argument("--target", default="h200")
     parser.add_argument("--time-budget", type=float, default=240.0, help="portkern's tuning budget per model, s")
     parser.add_argument("--trials", type=int, default=200)
@@ -352,7 +473,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=20, help="timed runs per runner per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default="gpu_models.json")
-    parser.add_argument("--batch", type=int, default=32, help="batch size of both models")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="batch size of every model (default: each model's own; 2 for --smoke)")
     parser.add_argument("--compile-modes", default="default,max-autotune",
                         help="torch.compile modes to time, comma-separated ('' for none)")
     parser.add_argument("--smoke", action="store_true", help="tiny fp32 models on the CPU, no torch.compile")
@@ -360,16 +482,22 @@ def main() -> int:
     args.compile_modes = [mode for mode in args.compile_modes.split(",") if mode]
     if args.smoke:
         args.time_budget, args.trials, args.per_task_trials, args.repeats, args.rounds = 20.0, 6, 2, 2, 1
-        args.batch, args.compile_modes = 2, []
+        args.compile_modes = []
     elif not torch.cuda.is_available():
         parser.error("no CUDA device: run on the GPU machine, or use --smoke")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = "float32" if args.smoke else "float16"
+    bert_size = BERT_SMOKE if args.smoke else BERT_BASE
     builders: dict[str, Callable[[Path], ModelUnderTest]] = {
-        "bert-base": lambda folder: bert("bert-base", replace(BERT_SMOKE if args.smoke else BERT_BASE,
-                                                              batch=args.batch), dtype, device, folder),
-        "resnet50": lambda folder: resnet("resnet50", args.smoke, args.batch, dtype, device, folder),
+        "bert-base": functools.partial(bert, "bert-base", replace(bert_size, batch=args.batch or bert_size.batch),
+                                       dtype, device),
+        "resnet50": functools.partial(resnet, "resnet50", args.smoke,
+                                      args.batch or (2 if args.smoke else RESNET_BATCH), dtype, device),
     }
+    for key, (full, smoke) in TRANSFORMERS_MODELS.items():
+        spec = smoke if args.smoke else full
+        builders[key] = functools.partial(transformers_model, key, replace(spec, batch=args.batch or spec.batch),
+                                          dtype, device)
     unknown = set(args.models.split(",")) - set(builders)
     if unknown:
         parser.error(f"unknown model(s) {', '.join(sorted(unknown))}; known: {', '.join(builders)}")
