@@ -17,6 +17,8 @@ Patterns (kinds and kernel signatures are in tasks.py):
               attrs["perms"] says how (see tasks.py), so no head-split copy is ever made.
   gemm        MatMul(x, W 2-D) or Gemm (alpha = beta = 1, no transA)
               -> [Add bias (N,)] -> [activation] -> [Add residual]:  out = act(x@W + bias) + residual
+              (a Reshape merging x's leading axes into rows before it and one splitting them back
+              after it are views: the task is the GEMM on the unmerged x, as GPT-2's Conv1D)
   bmm         MatMul with both operands >= 3-D -> [Mul|Div scalar]   (scale)
   conv2d      Conv [-> BatchNormalization, per-channel Mul/Add/Sub/Div by constants: folded]
               -> [Add residual] -> [activation]:  out = act(conv(x, w) + bias + residual)  (the
@@ -443,14 +445,34 @@ def _match_gemm(ctx: _Context, node: Node) -> _Match | None:
     if bias is not None and ctx.shape(bias) != (n,):
         return None
     m = math.prod(a_shape[:-1])
+    views, product = _row_views(ctx, a, node, n)
+    if views:
+        a = views[0].inputs[0]
     epilogue, bias_add, activation, out, residual = _epilogue(
-        ctx, node.outputs[0], n if bias is None else None, GEMM_ACTIVATIONS, residual_first=False)
+        ctx, product, n if bias is None else None, GEMM_ACTIVATIONS, residual_first=False)
     bias = bias or bias_add
     flops = 2 * m * n * k + _epilogue_flops(m * n, bias is not None, activation, residual is not None)
     attrs = {"activation": activation, "trans_b": trans_b, "bias": bias is not None,
              "residual": residual is not None}
     inputs = [a, b] + [name for name in (bias, residual) if name is not None]
-    return _Match("gemm", [node] + epilogue, inputs, out, attrs, flops)
+    return _Match("gemm", [*views, node] + epilogue, inputs, out, attrs, flops)
+
+
+def _row_views(ctx: _Context, a: str, gemm: Node, n: int) -> tuple[list[Node], str]:
+    """(the two Reshapes, the product past them) where a Reshape merges an operand's leading axes
+    into rows for a 2-D Gemm or MatMul and another splits the product's rows back (GPT-2's Conv1D:
+    view, addmm, view): views of the same memory, so the task is the GEMM on the unmerged operand,
+    as a MatMul on it would be, and its epilogue (GELU, the residual) follows the split product.
+    Otherwise ([], the product)."""
+    merge, product = ctx.producer.get(a), gemm.outputs[0]
+    if merge is None or merge.op_type != "Reshape" or ctx.sole_user(a) is not gemm:
+        return [], product
+    rows = ctx.shape(merge.inputs[0])
+    split = ctx.sole_user(product, "Reshape")
+    if len(rows) < 3 or rows[-1] != ctx.shape(a)[-1] or split is None \
+            or ctx.shape(split.outputs[0]) != (*rows[:-1], n):
+        return [], product
+    return [merge, split], split.outputs[0]
 
 
 def _peel_operand(ctx: _Context, value: str, consumer: Node, allow_transpose: bool

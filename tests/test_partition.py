@@ -559,3 +559,35 @@ def test_gemm_with_trans_a_is_glue() -> None:
     a, b = builder.input("a", (8, 4)), builder.input("b", (8, 5))
     graph = builder.graph([builder.op("Gemm", [a, b], (4, 5), transA=1)])
     assert partition(graph) == []
+
+
+@pytest.mark.parametrize("split_back", [True, False])
+def test_gemm_between_row_views_is_the_gemm_on_the_unmerged_operand(split_back: bool) -> None:
+    """GPT-2's Conv1D: x viewed as rows, addmm, the rows split back, then the written-out tanh GELU:
+    one gemm task on the 3-D x with the bias and the activation fused, the same workload and
+    reference as the MatMul form. A Reshape that does not restore x's leading axes is no view of
+    the rows: the gemm stays on the 2-D operand and the activation outside it."""
+    b, s, k, n = 2, 5, 8, 16
+    builder = GraphBuilder("conv1d", "float32")
+    x = builder.input("x", (b, s, k))
+    rows = builder.op("Reshape", [x, builder.constant(np.array([-1, k], np.int64))], (b * s, k))
+    product = builder.op("Gemm", [rows, builder.input("w", (k, n)), builder.input("bias", (n,))], (b * s, n))
+    shape = (b, s, n) if split_back else (s, b, n)
+    split = builder.op("Reshape", [product, builder.constant(np.array(shape, np.int64))], shape)
+    cube = builder.op("Pow", [split, builder.constant(3.0)], shape)
+    inner = builder.op("Mul", [builder.op("Add", [split, builder.op("Mul", [cube, builder.constant(0.044715)], shape)],
+                                          shape), builder.constant(math.sqrt(2 / math.pi))], shape)
+    half = builder.op("Mul", [split, builder.constant(0.5)], shape)
+    out = builder.op("Mul", [half, builder.op("Add", [builder.op("Tanh", [inner], shape), builder.constant(1.0)],
+                                              shape)], shape)
+    tasks = partition(builder.graph([out]))
+    gemm = _by_kind(tasks, "gemm")[0]
+    if not split_back:
+        assert gemm.input_names[0] == rows and gemm.attr("activation") == "none"
+        return
+    assert len(tasks) == 1 and gemm.input_names == ("x", "w", "bias")
+    plain = synthetic.gemm_task(s, n, k, bias=True, activation="gelu_tanh", batch=(b,))
+    assert (gemm.inputs, gemm.outputs, gemm.attr("activation")) == (plain.inputs, plain.outputs, "gelu_tanh")
+    rng = np.random.default_rng(0)
+    values = [rng.standard_normal(spec.shape) for spec in gemm.inputs]
+    np.testing.assert_allclose(gemm.reference(values)[0], plain.reference(values)[0], rtol=1e-6, atol=1e-6)
