@@ -512,11 +512,14 @@ def _swaps_last_two(perm: Sequence[int] | None, rank: int) -> bool:
 
 
 def _is_causal(mask: np.ndarray, s: int, sk: int) -> bool:
-    if s < 2 or mask.ndim < 2 or mask.shape[-2:] != (s, sk) or math.prod(mask.shape[:-2]) != 1:
+    """Every (s, sk) plane of the mask is the causal one (bottom-right aligned): a decoder's mask
+    built in the graph, once or broadcast over the batch (GPT-2 and LLaMA with an attention mask of
+    ones fold it to one plane per example)."""
+    if s < 2 or mask.ndim < 2 or mask.shape[-2:] != (s, sk):
         return False
-    plane = mask.reshape(s, sk).astype(np.float64)
+    planes = mask.reshape(-1, s, sk).astype(np.float64)
     allowed = np.arange(sk)[None, :] <= np.arange(s)[:, None] + (sk - s)
-    return bool(np.all(plane[allowed] == 0.0) and np.all(plane[~allowed] <= _CAUSAL_MASKED_AT_MOST))
+    return bool(np.all(planes[:, allowed] == 0.0) and np.all(planes[:, ~allowed] <= _CAUSAL_MASKED_AT_MOST))
 
 
 def _merged_heads(ctx: _Context, value: str, consumer: Node) -> tuple[str, Node] | None:

@@ -591,3 +591,24 @@ def test_gemm_between_row_views_is_the_gemm_on_the_unmerged_operand(split_back: 
     rng = np.random.default_rng(0)
     values = [rng.standard_normal(spec.shape) for spec in gemm.inputs]
     np.testing.assert_allclose(gemm.reference(values)[0], plain.reference(values)[0], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_a_causal_mask_folded_per_example_is_causal(padded: bool) -> None:
+    """GPT-2 or LLaMA fed token ids alone (an attention mask of ones) fold their mask to one causal
+    plane per example, (B, 1, S, S): attention is causal with no mask to read. A mask whose examples
+    differ (padding in one) is read as a mask."""
+    b, h, s, d = 2, 2, 6, 8
+    plane = np.where(np.arange(s)[None, :] <= np.arange(s)[:, None], 0.0, -65504.0)
+    mask = np.repeat(plane[None, None], b, axis=0).astype(np.float16)
+    if padded:
+        mask[1, :, :, 0] = -65504.0
+    builder = GraphBuilder("folded_causal", "float16")
+    kt = builder.op("Transpose", [builder.input("k", (b, h, s, d))], (b, h, d, s), perm=[0, 1, 3, 2])
+    scores = builder.op("MatMul", [builder.input("q", (b, h, s, d)), kt], (b, h, s, s))
+    scaled = builder.op("Mul", [scores, builder.constant(np.float16(1 / math.sqrt(d)))], (b, h, s, s))
+    masked = builder.op("Add", [scaled, builder.constant(mask)], (b, h, s, s))
+    probs = builder.op("Softmax", [masked], (b, h, s, s), axis=-1)
+    task = builder.task(builder.op("MatMul", [probs, builder.input("v", (b, h, s, d))], (b, h, s, d)))
+    assert (task.attr("causal"), task.attr("mask")) == (not padded, padded)
+    assert len(task.inputs) == (4 if padded else 3)
