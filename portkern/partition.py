@@ -604,7 +604,9 @@ def _match_attention(ctx: _Context, scores_mm: Node) -> _Match | None:
                 break
             constant = ctx.graph.constants.get(other)
             other_shape = ctx.shape(other)
-            if not causal and constant is not None and _is_causal(constant, s, sk):
+            if constant is not None and not constant.any():
+                pass  # a mask of zeros (an exporter's "no padding") adds nothing: none to read
+            elif not causal and constant is not None and _is_causal(constant, s, sk):
                 causal = True
             elif mask is None and ctx.scalar(other) is None and (
                     shape == scores_shape or len(other_shape) < 3 or other_shape[-3] == 1 or b == 1):

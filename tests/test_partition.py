@@ -593,16 +593,19 @@ def test_gemm_between_row_views_is_the_gemm_on_the_unmerged_operand(split_back: 
     np.testing.assert_allclose(gemm.reference(values)[0], plain.reference(values)[0], rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("padded", [False, True])
-def test_a_causal_mask_folded_per_example_is_causal(padded: bool) -> None:
+@pytest.mark.parametrize("mask_kind", ["causal", "padded", "zeros"])
+def test_a_constant_mask_folded_per_example(mask_kind: str) -> None:
     """GPT-2 or LLaMA fed token ids alone (an attention mask of ones) fold their mask to one causal
     plane per example, (B, 1, S, S): attention is causal with no mask to read. A mask whose examples
-    differ (padding in one) is read as a mask."""
+    differ (padding in one) is read as a mask; one of zeros (an encoder's "no padding") adds nothing
+    and is not read."""
     b, h, s, d = 2, 2, 6, 8
     plane = np.where(np.arange(s)[None, :] <= np.arange(s)[:, None], 0.0, -65504.0)
     mask = np.repeat(plane[None, None], b, axis=0).astype(np.float16)
-    if padded:
+    if mask_kind == "padded":
         mask[1, :, :, 0] = -65504.0
+    if mask_kind == "zeros":
+        mask[:] = 0.0
     builder = GraphBuilder("folded_causal", "float16")
     kt = builder.op("Transpose", [builder.input("k", (b, h, s, d))], (b, h, d, s), perm=[0, 1, 3, 2])
     scores = builder.op("MatMul", [builder.input("q", (b, h, s, d)), kt], (b, h, s, s))
@@ -610,5 +613,10 @@ def test_a_causal_mask_folded_per_example_is_causal(padded: bool) -> None:
     masked = builder.op("Add", [scaled, builder.constant(mask)], (b, h, s, s))
     probs = builder.op("Softmax", [masked], (b, h, s, s), axis=-1)
     task = builder.task(builder.op("MatMul", [probs, builder.input("v", (b, h, s, d))], (b, h, s, d)))
-    assert (task.attr("causal"), task.attr("mask")) == (not padded, padded)
-    assert len(task.inputs) == (4 if padded else 3)
+    assert (task.attr("causal"), task.attr("mask")) == (mask_kind == "causal", mask_kind == "padded")
+    assert len(task.inputs) == (4 if mask_kind == "padded" else 3)
+    rng = np.random.default_rng(0)
+    values = [rng.standard_normal(spec.shape) for spec in task.inputs]
+    plain = synthetic.attention_task(b, h, s, d, "float16", causal=mask_kind == "causal")
+    if mask_kind != "padded":  # the same values as the attention it is, with nothing read for the mask
+        np.testing.assert_allclose(task.reference(values)[0], plain.reference(values)[0], rtol=1e-3, atol=1e-3)
