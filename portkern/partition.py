@@ -77,6 +77,7 @@ import numpy as np
 from .executor import _explicit_pads
 from .ir import Graph, Node, TensorSpec, connected_groups
 from .layout import NHWC_OPS, ONNX_OF, channels_last, conv1d_as_2d, is_channels_last
+from .rewrites import split_projections
 from .tasks import FLOAT_DTYPES, Task, freeze_attrs
 
 if TYPE_CHECKING:
@@ -1143,10 +1144,10 @@ def partition(graph: Graph, fold_attention_transposes: bool = False) -> list[Tas
 
 
 def backend_tasks(graph: Graph, backend: Backend) -> tuple[Graph, list[Task]]:
-    """The graph as the backend runs it (1-D convs as 2-D ones; channels-last where its
-    conv_layout is NHWC) and its tasks: the one way the tuner, the runtime and the CLI see a model,
+    """The graph as the backend runs it (1-D convs as 2-D ones; a projection split along its
+    last axis as one projection per part; channels-last where its conv_layout is NHWC) and its tasks: the one way the tuner, the runtime and the CLI see a model,
     so a pack's keys name the tasks a later run makes."""
-    graph = conv1d_as_2d(graph)
+    graph = split_projections(conv1d_as_2d(graph))
     if backend.conv_layout == "NHWC":
         graph = channels_last(graph)
     return graph, partition(graph, backend.folds_attention_transposes)
