@@ -15,6 +15,10 @@ Patterns (kinds and kernel signatures are in tasks.py):
               Transposes that split the heads of q, k, v (sole users) and the one that merges the
               output's are the task's too: its operands are the contiguous buffers around them and
               attrs["perms"] says how (see tasks.py), so no head-split copy is ever made.
+              With share_kv_heads (a backend whose kernels read one key/value head for each group
+              of query heads), K and V repeated as transformers' repeat_kv writes it (Unsqueeze at
+              axis 2, Expand, Reshape: grouped-query attention) are read before the repeat: the
+              task's k and v have H / G heads, and no repeated copy is made.
   gemm        MatMul(x, W 2-D) or Gemm (alpha = beta = 1, no transA)
               -> [Add bias (N,)] -> [activation] -> [Add residual]:  out = act(x@W + bias) + residual
               (a Reshape merging x's leading axes into rows before it and one splitting them back
@@ -176,9 +180,10 @@ class _Match:
 class _Context:
     """Read-only views of the graph plus the set of nodes already claimed by a task."""
 
-    def __init__(self, graph: Graph, fold_attention_transposes: bool = False) -> None:
+    def __init__(self, graph: Graph, fold_attention_transposes: bool = False, share_kv_heads: bool = False) -> None:
         self.graph = graph
         self.fold_attention_transposes = fold_attention_transposes
+        self.share_kv_heads = share_kv_heads
         self.producer = graph.producer()
         self.position = {id(node): index for index, node in enumerate(graph.nodes)}
         self.users: dict[str, list[Node]] = {}
@@ -536,6 +541,32 @@ def _merged_heads(ctx: _Context, value: str, consumer: Node) -> tuple[str, Node]
     return reshape.inputs[0], reshape
 
 
+def _repeated_heads(ctx: _Context, value: str, consumer: Node) -> tuple[str, list[Node]] | None:
+    """(the (B, KVH, S, D) value, the repeat's nodes) where `value` (B, H, S, D) repeats each of its
+    heads H / KVH times as transformers' repeat_kv writes it: Unsqueeze (or Reshape) to
+    (B, KVH, 1, S, D), Expand to (B, KVH, G, S, D), Reshape to (B, KVH * G, S, D)."""
+    reshape = ctx.producer.get(value)
+    if reshape is None or reshape.op_type != "Reshape" or ctx.sole_user(value) is not consumer:
+        return None
+    expand = ctx.producer.get(reshape.inputs[0])
+    if expand is None or expand.op_type != "Expand" or ctx.sole_user(expand.outputs[0]) is not reshape:
+        return None
+    unsqueeze = ctx.producer.get(expand.inputs[0])
+    if unsqueeze is None or unsqueeze.op_type not in ("Unsqueeze", "Reshape") \
+            or ctx.sole_user(unsqueeze.outputs[0]) is not expand:
+        return None
+    source = unsqueeze.inputs[0]
+    if len(ctx.shape(source)) != 4:
+        return None
+    b, kv_heads, s, d = ctx.shape(source)
+    groups = ctx.shape(expand.outputs[0])[2] if len(ctx.shape(expand.outputs[0])) == 5 else 0
+    if ctx.shape(unsqueeze.outputs[0]) != (b, kv_heads, 1, s, d) \
+            or ctx.shape(expand.outputs[0]) != (b, kv_heads, groups, s, d) \
+            or ctx.shape(value) != (b, kv_heads * groups, s, d):
+        return None
+    return source, [unsqueeze, expand, reshape]
+
+
 def _masked_where(ctx: _Context, node: Node, value: str) -> np.ndarray | None:
     """Where a masked fill (Where(cond, fill, value) or Where(cond, value, fill), cond constant,
     fill a scalar at most _CAUSAL_MASKED_AT_MOST) hides scores: True there; None for other Wheres."""
@@ -638,8 +669,16 @@ def _match_attention(ctx: _Context, scores_mm: Node) -> _Match | None:
             return None
         v, v_user = v_lift
         tail, out = [v_user, split], split.outputs[0]
-    k_shape = (b, h, sk, d) if k_swapped else (b, h, d, sk)
-    if ctx.shape(k) != k_shape or ctx.shape(v) != (b, h, sk, d):
+    kv_heads = h
+    if ctx.share_kv_heads and rank == 4 and k_swapped:
+        k_shared, v_shared = _repeated_heads(ctx, k, k_user), _repeated_heads(ctx, v, v_user)
+        if k_shared and v_shared and ctx.shape(k_shared[0]) == ctx.shape(v_shared[0]):
+            (k, k_repeat), (v, v_repeat) = k_shared, v_shared
+            k_user, v_user = k_repeat[0], v_repeat[0]  # the Unsqueezes read the shared heads
+            k_nodes, tail = k_nodes + k_repeat, tail + v_repeat
+            kv_heads = ctx.shape(v)[1]
+    k_shape = (b, kv_heads, sk, d) if k_swapped else (b, kv_heads, d, sk)
+    if ctx.shape(k) != k_shape or ctx.shape(v) != (b, kv_heads, sk, d):
         return None
     nodes += [softmax, *passed, out_mm, *tail]
     attrs = {"scale": canonical_float(scale), "k_transposed": not k_swapped, "mask": mask is not None,
@@ -1116,14 +1155,15 @@ def _to_task(ctx: _Context, match: _Match) -> Task | None:
                 constants=constants, opset=ctx.graph.opset)
 
 
-def partition(graph: Graph, fold_attention_transposes: bool = False) -> list[Task]:
+def partition(graph: Graph, fold_attention_transposes: bool = False, share_kv_heads: bool = False) -> list[Task]:
     """The graph's kernel tasks in topological order (see the module docstring for the patterns).
 
     Tasks are ordered by the graph position of their last node: running glue nodes in graph order
     and each task at its last node's position respects every dependency.
     fold_attention_transposes: the backend's `folds_attention_transposes` (see the docstring).
+    share_kv_heads: the backend's `shares_kv_heads` (see the docstring).
     """
-    ctx = _Context(graph, fold_attention_transposes)
+    ctx = _Context(graph, fold_attention_transposes, share_kv_heads)
     placed: list[tuple[int, Task]] = []
 
     def claim(match: _Match | None) -> None:
@@ -1150,7 +1190,7 @@ def backend_tasks(graph: Graph, backend: Backend) -> tuple[Graph, list[Task]]:
     graph = split_projections(conv1d_as_2d(graph))
     if backend.conv_layout == "NHWC":
         graph = channels_last(graph)
-    return graph, partition(graph, backend.folds_attention_transposes)
+    return graph, partition(graph, backend.folds_attention_transposes, backend.shares_kv_heads)
 
 
 def summarize(tasks: Sequence[Task]) -> list[tuple[Task, int]]:

@@ -73,8 +73,9 @@ class GraphBuilder:
         return Graph(self.name, self.nodes, self.inputs, list(outputs), self.values, self.constants,
                      opset, model_hash=f"synthetic:{self.name}")
 
-    def task(self, output: str, opset: int = SYNTHETIC_OPSET, fold_attention_transposes: bool = False) -> Task:
-        tasks = partition(self.graph([output], opset), fold_attention_transposes)
+    def task(self, output: str, opset: int = SYNTHETIC_OPSET, fold_attention_transposes: bool = False,
+             share_kv_heads: bool = False) -> Task:
+        tasks = partition(self.graph([output], opset), fold_attention_transposes, share_kv_heads)
         if len(tasks) != 1:
             kinds = ", ".join(task.kind for task in tasks) or "none"
             raise SyntheticTaskError(f"synthetic {self.name} partitions into {len(tasks)} tasks ({kinds}), not one")
@@ -139,19 +140,36 @@ def bmm_task(b: int, m: int, n: int, k: int, dtype: str = "float32") -> Task:
 def attention_task(batch: int, heads: int, seq: int, head_dim: int, dtype: str = "float32", *,
                    seq_kv: int | None = None, mask: bool = False, causal: bool = False,
                    k_transposed: bool = False, packed_heads: bool = False,
-                   mask_shape: tuple[int, int, int, int] | None = None) -> Task:
+                   mask_shape: tuple[int, int, int, int] | None = None, kv_heads: int | None = None) -> Task:
     """softmax(q @ k^T * (1/sqrt(D)) [+ mask] [+ causal]) @ v, as BERT-style exports spell it.
     packed_heads: q, k, v arrive as (B, S, H, D) and the output leaves as one, through the
     head-split and merge Transposes a backend with folds_attention_transposes folds in.
     mask_shape: the mask's, broadcast over the scores' (B, H, S, Sk); (B, 1, S, Sk) by default. An
-    encoder's key-padding mask is (B, 1, 1, Sk): one row for all queries."""
+    encoder's key-padding mask is (B, 1, 1, Sk): one row for all queries.
+    kv_heads: grouped-query attention: k and v have kv_heads heads, each repeated for heads /
+    kv_heads query heads as transformers' repeat_kv writes it (what a backend with shares_kv_heads
+    reads before the repeat)."""
     builder = GraphBuilder("attention", dtype)
     sk = seq if seq_kv is None else seq_kv
     if causal and sk < seq:
         raise SyntheticTaskError(f"causal attention needs seq_kv >= seq (got {sk} < {seq})")
+    if kv_heads is not None and (heads % kv_heads or k_transposed):
+        raise SyntheticTaskError(f"{kv_heads} key/value heads for {heads} query heads, k_transposed {k_transposed}")
 
     def operand(name: str, shape: tuple[int, int, int, int]) -> str:
-        """(B, H, X, Y) as given, or split from a (B, X, H, Y) buffer by a Transpose."""
+        """(B, H, X, Y) as given, or split from a (B, X, H, Y) buffer by a Transpose; k and v with
+        kv_heads heads, repeated to H."""
+        if kv_heads is not None and name in ("k", "v"):
+            b, _, x, y = shape
+            groups = heads // kv_heads
+            shared = _plain_operand(name, (b, kv_heads, x, y))
+            lifted = builder.op("Unsqueeze", [shared, builder.constant(np.array([2]), "int64")], (b, kv_heads, 1, x, y))
+            expanded = builder.op("Expand", [lifted, builder.constant(np.array([b, kv_heads, groups, x, y]), "int64")],
+                                  (b, kv_heads, groups, x, y))
+            return builder.op("Reshape", [expanded, builder.constant(np.array(shape), "int64")], shape)
+        return _plain_operand(name, shape)
+
+    def _plain_operand(name: str, shape: tuple[int, int, int, int]) -> str:
         if not packed_heads:
             return builder.input(name, shape)
         buffer = builder.input(name, (shape[0], shape[2], shape[1], shape[3]))
@@ -180,7 +198,7 @@ def attention_task(batch: int, heads: int, seq: int, head_dim: int, dtype: str =
     out = builder.op("MatMul", [probs, v], (batch, heads, seq, head_dim))
     if packed_heads:
         out = builder.op("Transpose", [out], (batch, seq, heads, head_dim), perm=[0, 2, 1, 3])
-    return builder.task(out, fold_attention_transposes=packed_heads)
+    return builder.task(out, fold_attention_transposes=packed_heads, share_kv_heads=kv_heads is not None)
 
 
 def softmax_task(rows: int, cols: int, dtype: str = "float32") -> Task:

@@ -14,7 +14,9 @@ Kinds and their kernel signatures (inputs in this order; graph layouts, kernels 
              attrs: scale, k_transposed, mask, causal, [perms]: where the head-split and merge
              Transposes are folded in (partition.py), q, k, v and the output are the buffers
              around them, and operand i in the shapes above is buffer_i.permute(perms[i])
-             (() for none; order q, k, v, out), e.g. q (B,S,H,D) with perm (0,2,1,3)
+             (() for none; order q, k, v, out), e.g. q (B,S,H,D) with perm (0,2,1,3).
+             Grouped-query attention (a backend with shares_kv_heads): k and v have KVH heads,
+             H a multiple of KVH, and query head h reads key/value head h // (H / KVH)
   softmax    x (...,N) -> (...,N), over the last axis
   layernorm  x (...,N), gamma (N,), beta (N,) -> (...,N)       attrs: eps
   rmsnorm    x (...,N), gamma (N,) -> (...,N)                  attrs: eps

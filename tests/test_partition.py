@@ -620,3 +620,37 @@ def test_a_constant_mask_folded_per_example(mask_kind: str) -> None:
     plain = synthetic.attention_task(b, h, s, d, "float16", causal=mask_kind == "causal")
     if mask_kind != "padded":  # the same values as the attention it is, with nothing read for the mask
         np.testing.assert_allclose(task.reference(values)[0], plain.reference(values)[0], rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_grouped_query_attention_reads_the_key_value_heads_before_their_repeat(share: bool) -> None:
+    """LLaMA's repeat_kv (Unsqueeze, Expand, Reshape) before attention: a backend that shares
+    key/value heads gets k and v with their own 2 heads, the repeat inside the task (no repeated
+    copy); one that does not gets them repeated to 4 heads, the repeat left to glue."""
+    b, h, kv, s, d = 2, 4, 2, 6, 8
+    builder = GraphBuilder("gqa", "float32")
+
+    def repeated(name: str) -> str:
+        shared = builder.input(name, (b, kv, s, d))
+        lifted = builder.op("Unsqueeze", [shared, builder.constant(np.array([2]), "int64")], (b, kv, 1, s, d))
+        expanded = builder.op("Expand", [lifted, builder.constant(np.array([b, kv, h // kv, s, d]), "int64")],
+                              (b, kv, h // kv, s, d))
+        return builder.op("Reshape", [expanded, builder.constant(np.array([b, h, s, d]), "int64")], (b, h, s, d))
+
+    k, v = repeated("k"), repeated("v")
+    kt = builder.op("Transpose", [k], (b, h, d, s), perm=[0, 1, 3, 2])
+    scores = builder.op("Mul", [builder.op("MatMul", [builder.input("q", (b, h, s, d)), kt], (b, h, s, s)),
+                                builder.constant(1 / math.sqrt(d))], (b, h, s, s))
+    probs = builder.op("Softmax", [scores], (b, h, s, s), axis=-1)
+    out = builder.op("MatMul", [probs, v], (b, h, s, d))
+    tasks = partition(builder.graph([out]), share_kv_heads=share)
+    attention = _by_kind(tasks, "attention")[0]
+    heads = kv if share else h
+    assert [spec.shape for spec in attention.inputs] == [(b, h, s, d), (b, heads, s, d), (b, heads, s, d)]
+    if share:
+        assert attention.input_names == ("q", "k", "v") and len(tasks) == 1
+        rng = np.random.default_rng(0)
+        q_value, k_value, v_value = (rng.standard_normal(spec.shape) for spec in attention.inputs)
+        want = synthetic.attention_task(b, h, s, d).reference(
+            [q_value, np.repeat(k_value, h // kv, axis=1), np.repeat(v_value, h // kv, axis=1)])[0]
+        np.testing.assert_allclose(attention.reference([q_value, k_value, v_value])[0], want, rtol=1e-12)

@@ -54,7 +54,8 @@ TASKS: dict[str, list[Task]] = {
                   synthetic.attention_task(4, 8, 4, 128, "float16", seq_kv=4096, k_transposed=True),
                   synthetic.attention_task(32, 12, 128, 64, "float16", k_transposed=True, mask=True,
                                            packed_heads=True),
-                  synthetic.attention_task(1, 12, 197, 64, "float32", mask=True)],  # ViT's, fp32
+                  synthetic.attention_task(1, 12, 197, 64, "float32", mask=True),  # ViT's, fp32
+                  synthetic.attention_task(4, 32, 512, 64, "float16", kv_heads=4, causal=True)],  # LLaMA's GQA
     "conv2d": [synthetic.conv2d_task(4, 64, 28, 28, 128, 3, 3, "float16", pad=1, residual=True,
                                      activation="relu"),
                synthetic.conv2d_task(8, 96, 28, 28, 96, 3, 3, "float16", stride=2, pad=1, group=96),
@@ -262,6 +263,8 @@ def test_bf16_is_refused_in_the_interpreter() -> None:
     synthetic.bmm_task(2, 5, 6, 7, "float32"),
     synthetic.attention_task(1, 2, 5, 8, "float32", seq_kv=7, mask=True, causal=True),
     synthetic.attention_task(2, 3, 5, 8, "float32", k_transposed=True, mask=True, packed_heads=True),
+    synthetic.attention_task(2, 4, 5, 8, "float32", kv_heads=2, causal=True),
+    synthetic.attention_task(1, 4, 5, 8, "float32", seq_kv=9, kv_heads=2, mask=True),
     synthetic.conv2d_task(1, 4, 7, 7, 6, 3, 3, "float32", stride=2, pad=1, group=2, activation="silu",
                           residual=True),
     synthetic.softmax_task(3, 10, "float32"),
@@ -623,3 +626,18 @@ def test_time_once_and_fingerprint() -> None:
     assert fingerprint["triton"] and fingerprint["torch"]
     assert ("compute_capability" in fingerprint) == torch.cuda.is_available()
     assert len(backend.hash()) == 16
+
+
+def test_grouped_query_attention_is_read_by_the_kernels_that_share_heads() -> None:
+    """LLaMA's grouped-query attention reaches the kernels with k and v before their heads are
+    repeated: attention_flash (and attention_splitkv, test_triton_matrix) read head h // group;
+    attention_pingpong, which reads one key/value head per query head, refuses the task rather than
+    reading the wrong one."""
+    backend = BACKENDS["sm_90"]
+    task = synthetic.attention_task(4, 32, 512, 64, "float16", kv_heads=4, causal=True)
+    assert task.inputs[1].shape == (4, 4, 512, 64)
+    offered = {v.name for v in backend.variants(task, runnable_here=False)}
+    assert "attention_flash" in offered and "attention_pingpong" not in offered
+    pingpong = next(v for v in builtin_variants() if v.name == "attention_pingpong")
+    reason = backend.target_problem(Candidate.of(pingpong, pingpong.default), task)
+    assert reason and "grouped key/value heads" in reason

@@ -70,6 +70,10 @@ CASES: dict[str, list[Callable[[str], Task]]] = {
         lambda dt: synthetic.attention_task(2, 3, 16, 16, dt, k_transposed=True, mask=True, packed_heads=True),
         lambda dt: synthetic.attention_task(2, 2, 16, 16, dt, seq_kv=136, mask=True, mask_shape=(1, 2, 16, 136)),
         lambda dt: synthetic.attention_task(2, 2, 12, 16, dt, seq_kv=32, mask=True, mask_shape=(2, 1, 1, 32)),
+        # grouped-query attention (LLaMA's): each key/value head read by a group of query heads, k and v
+        # before their repeat; with the head split folded in and a mask, one key/value head for all
+        lambda dt: synthetic.attention_task(2, 4, 19, 16, dt, kv_heads=2, causal=True),
+        lambda dt: synthetic.attention_task(1, 6, 9, 16, dt, seq_kv=40, kv_heads=1, packed_heads=True, mask=True),
     ],
     "conv2d": [
         lambda dt: synthetic.conv2d_task(2, 5, 9, 7, 6, 3, 3, dt, pad=1, activation="relu"),

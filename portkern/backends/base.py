@@ -154,6 +154,9 @@ class Backend(ABC):
     # attention kernels read q, k, v and write the output through strides: partition then folds
     # the head split/merge Transposes into the attention task (no copies; tasks.py, perms)
     folds_attention_transposes: ClassVar[bool] = False
+    # attention kernels read one key/value head for each group of query heads (grouped-query
+    # attention): partition then reads k and v before their heads are repeated (no repeated copy)
+    shares_kv_heads: ClassVar[bool] = False
     # "NHWC": convolutions and pools want the channels innermost, and the graph is rewritten
     # channels-last before it is partitioned (layout.py; partition.backend_tasks)
     conv_layout: ClassVar[str] = "NCHW"

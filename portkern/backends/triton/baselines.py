@@ -107,15 +107,16 @@ def _sdpa(scale: float, k_transposed: bool, has_mask: bool, causal: bool) -> Com
             k = k.transpose(-1, -2)
         mask = inputs[3] if has_mask else None
         seq, seq_kv = q.shape[-2], k.shape[-2]
+        grouped = k.shape[-3] != q.shape[-3]  # grouped-query attention: fewer key/value heads
         if causal and mask is None and seq == seq_kv:  # SDPA's own causal path (flash kernels)
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=grouped)
         if causal:  # bottom-right aligned, as partition.py recognises it
             rows = torch.arange(seq, device=q.device)[:, None] + (seq_kv - seq)
             allowed = torch.arange(seq_kv, device=q.device)[None, :] <= rows
             causal_bias = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device)
             causal_bias.masked_fill_(~allowed, float("-inf"))
             mask = causal_bias if mask is None else mask + causal_bias
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=grouped)
     return compute
 
 

@@ -20,6 +20,12 @@ def _logical(task, index):
     return tuple(spec.shape[axis] for axis in _perm(task, index))
 
 
+def _kv_group(task):
+    """Query heads per key/value head: 1, or the group size of grouped-query attention (partition
+    reads k and v before their heads are repeated)."""
+    return _logical(task, 0)[1] // _logical(task, 2)[1]
+
+
 def _head_dim_problem(task):
     head_dim = _logical(task, 0)[-1]
     if head_dim > MAX_HEAD_DIM:
@@ -52,7 +58,8 @@ def _strides4(t, shape4):
 
 class _AttentionProblem:
     """q, k, v, mask and out of an attention task as kernel arguments: k_transposed is a stride
-    swap, folded head-split/merge Transposes (perms) are permuted views of the buffers."""
+    swap, folded head-split/merge Transposes (perms) are permuted views of the buffers; query head
+    h reads key/value head h // KV_GROUP."""
 
     def __init__(self, task, inputs, outputs):
         q, k, v = (inputs[i].permute(*_perm(task, i)) for i in range(3))
@@ -73,7 +80,7 @@ class _AttentionProblem:
         self.scale_log2 = scale * LOG2E
         self.flags = {"BLOCK_D": _block_d(self.head_dim), "HAS_MASK": self.has_mask,
                       "CAUSAL": bool(task.attr("causal", False)), "EVEN_D": _block_d(self.head_dim) == self.head_dim,
-                      "DOT_PRECISION": DOT_PRECISION}
+                      "KV_GROUP": _kv_group(task), "DOT_PRECISION": DOT_PRECISION}
 
 
 @triton.jit

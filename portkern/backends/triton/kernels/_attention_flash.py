@@ -46,17 +46,18 @@ def _flash_attention(q_ptr, k_ptr, v_ptr, k_desc, v_desc, mask_ptr, o_ptr, H, S,
                      sq_b, sq_h, sq_s, sq_d, sk_b, sk_h, sk_s, sk_d, sv_b, sv_h, sv_s, sv_d,
                      sm_b, sm_h, sm_s, sm_k, so_b, so_h, so_s, so_d,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                     HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, TMA: tl.constexpr,
-                     K_TRANSPOSED: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                     HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, KV_GROUP: tl.constexpr,
+                     TMA: tl.constexpr, K_TRANSPOSED: tl.constexpr, DOT_PRECISION: tl.constexpr):
     block = tl.program_id(0)
     b32 = tl.program_id(1) // H
     b = b32.to(tl.int64)
     h = tl.program_id(1) % H
+    kv = h // KV_GROUP
     rows, dims, row_ok, dim_ok, q = _query_tile(q_ptr, b, h, block, S, D, sq_b, sq_h, sq_s, sq_d, BLOCK_M, BLOCK_D)
-    acc, row_max, row_sum = _attend(q, k_ptr + b * sk_b + h * sk_h, v_ptr + b * sv_b + h * sv_h,
+    acc, row_max, row_sum = _attend(q, k_ptr + b * sk_b + kv * sk_h, v_ptr + b * sv_b + kv * sv_h,
                                     mask_ptr + b * sm_b + h * sm_h, block * BLOCK_M, rows, row_ok, dims,
                                     dim_ok, 0, _causal_end(block, SK, S, BLOCK_M, CAUSAL), S, SK, scale_log2,
-                                    sk_s, sk_d, sv_s, sv_d, sm_s, sm_k, (k_desc, v_desc), b32, h, BLOCK_M,
+                                    sk_s, sk_d, sv_s, sv_d, sm_s, sm_k, (k_desc, v_desc), b32, kv, BLOCK_M,
                                     BLOCK_N, BLOCK_D, HAS_MASK, CAUSAL, EVEN_D, TMA, K_TRANSPOSED, DOT_PRECISION)
     out = acc / row_sum[:, None]
     tl.store(o_ptr + b * so_b + h * so_h + rows[:, None] * so_s + dims[None, :] * so_d,

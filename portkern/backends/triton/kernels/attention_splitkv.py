@@ -50,14 +50,15 @@ def _attention_split(q_ptr, k_ptr, v_ptr, mask_ptr, acc_ptr, max_ptr, sum_ptr, H
                      scale_log2, sq_b, sq_h, sq_s, sq_d, sk_b, sk_h, sk_s, sk_d, sv_b, sv_h, sv_s, sv_d,
                      sm_b, sm_h, sm_s, sm_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_D: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr,
-                     EVEN_D: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                     EVEN_D: tl.constexpr, KV_GROUP: tl.constexpr, DOT_PRECISION: tl.constexpr):
     block, bh, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     b = (bh // H).to(tl.int64)
     h = bh % H
+    kv = h // KV_GROUP
     rows, dims, row_ok, dim_ok, q = _query_tile(q_ptr, b, h, block, S, D, sq_b, sq_h, sq_s, sq_d, BLOCK_M, BLOCK_D)
     key_lo = split * chunk
     key_hi = tl.minimum(key_lo + chunk, _causal_end(block, SK, S, BLOCK_M, CAUSAL))
-    acc, row_max, row_sum = _attend(q, k_ptr + b * sk_b + h * sk_h, v_ptr + b * sv_b + h * sv_h,
+    acc, row_max, row_sum = _attend(q, k_ptr + b * sk_b + kv * sk_h, v_ptr + b * sv_b + kv * sv_h,
                                     mask_ptr + b * sm_b + h * sm_h, block * BLOCK_M, rows, row_ok, dims,
                                     dim_ok, key_lo, key_hi, S, SK, scale_log2, sk_s, sk_d, sv_s, sv_d, sm_s,
                                     sm_k, None, b, h, BLOCK_M, BLOCK_N, BLOCK_D, HAS_MASK, CAUSAL, EVEN_D, False,
