@@ -523,9 +523,11 @@ def _is_causal(mask: np.ndarray, s: int, sk: int) -> bool:
     ones fold it to one plane per example)."""
     if s < 2 or mask.ndim < 2 or mask.shape[-2:] != (s, sk):
         return False
-    planes = mask.reshape(-1, s, sk).astype(np.float64)
+    planes = mask.reshape(-1, s, sk)
+    first = planes[0].astype(np.float64)  # one plane at a time: a (B, 1, S, S) mask can be large
     allowed = np.arange(sk)[None, :] <= np.arange(s)[:, None] + (sk - s)
-    return bool(np.all(planes[:, allowed] == 0.0) and np.all(planes[:, ~allowed] <= _CAUSAL_MASKED_AT_MOST))
+    causal = bool(np.all(first[allowed] == 0.0) and np.all(first[~allowed] <= _CAUSAL_MASKED_AT_MOST))
+    return causal and all(np.array_equal(plane, planes[0]) for plane in planes[1:])
 
 
 def _merged_heads(ctx: _Context, value: str, consumer: Node) -> tuple[str, Node] | None:
@@ -1184,9 +1186,10 @@ def partition(graph: Graph, fold_attention_transposes: bool = False, share_kv_he
 
 
 def backend_tasks(graph: Graph, backend: Backend) -> tuple[Graph, list[Task]]:
-    """The graph as the backend runs it (1-D convs as 2-D ones; a projection split along its
-    last axis as one projection per part; channels-last where its conv_layout is NHWC) and its tasks: the one way the tuner, the runtime and the CLI see a model,
-    so a pack's keys name the tasks a later run makes."""
+    """The graph as the backend runs it (1-D convs as 2-D ones; a projection split along its last
+    axis as one projection per part, rewrites.py; channels-last where its conv_layout is NHWC) and
+    its tasks: the one way the tuner, the runtime and the CLI see a model, so a pack's keys name the
+    tasks a later run makes."""
     graph = split_projections(conv1d_as_2d(graph))
     if backend.conv_layout == "NHWC":
         graph = channels_last(graph)
