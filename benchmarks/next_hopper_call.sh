@@ -6,8 +6,8 @@
 # under benchmarks/results/ with their final names (and copied to $OUT), the h200 priors rebuilt
 # from them beside the tables h200.jsonl already names, then the tuned suites seeded by those
 # priors. On an H100 (run's kinds serve for each other): a 4-layer LLaMA at TinyLlama's width,
-# GPT-2 small and ViT-B/16, whole models no GPU run has tuned
-# (gpu_models.py). Each step has its own timeout, so one that hangs costs only itself. What comes
+# GPT-2 small and ViT-B/16 (gpu_models.py; their first run was 2026-12-07, before grouped-query
+# attention was read in place: the LLaMA's row measures that). Each step has its own timeout, so one that hangs costs only itself. What comes
 # back (at most 8 files): device.txt, the grid, the table, the suites' or the models' JSON, and every
 # step's output in steps.log; the priors are rebuilt here the same way from the grid and table.
 set -uo pipefail
@@ -40,7 +40,7 @@ if [ "$T" = h200 ]; then
   suite gemm-epilogue 8 30 60
   suite attention 12 35 90
   suite gemm 12 25 90
-else  # the H100 ran the suites and BERT's A/B on 2026-12-07; what no GPU has run is these three models
+else  # the H100 ran the suites and BERT's A/B on 2026-12-07; these three models once, before GQA in place
   for model in llama gpt2 vit-base; do
     timeout 190 python3 benchmarks/models/gpu_models.py --models $model --target h100 --time-budget 60 --rounds 2 \
       --compile-workers 8 --compile-modes default --out "$OUT/$model.json" > /tmp/model.log 2>&1
