@@ -1,5 +1,5 @@
 """Why a kernel's time in a model differs from the time the search measured: one task's kernels
-(variant + config each) timed in four contexts, side by side in one process on one GPU.
+(variant + config each) timed in several contexts, side by side in one process on one GPU.
 
 - harness: portkern's own timing (each run alone behind a spin kernel, three rotating input sets),
   what the search ranks candidates by;
@@ -10,6 +10,9 @@
 - model_weights: as after-producer, but each of the 12 kernels reads its own weights (every input
   but the first drawn anew), as a model's layers do: the activation is warm, the weights come from
   HBM, as no L2 holds twelve layers' weights;
+- model_buffers: as model_weights, and each kernel also reads its own activation and writes its own
+  output, as a model's runtime allocates one output buffer per task (twelve 25 MB outputs for BERT's
+  FFN GEMM: pages and L2 lines no earlier kernel touched);
 - sustained: the same graph's kernels back to back with no producer (the card's clocks under
   continuous tensor-core load, as in a model's run of GEMMs), and that graph's replay time per
   kernel from events (what the kernel costs a model: its device time plus the gap before the next
@@ -106,12 +109,19 @@ def _contexts(backend: Any, program: Any, task: Task, sets: list[list[Any]], lay
             torch.mul(source, 1.0, out=activation)
             program([activation, *layer[1:]], outputs)
 
+    own_outputs = [[_poisoned(backend, spec) for spec in task.outputs] for _ in layers]
+
+    def model_buffers() -> None:
+        for layer, layer_outputs in zip(layers, own_outputs):
+            torch.mul(source, 1.0, out=layer[0])
+            program(layer, layer_outputs)
+
     def sustained() -> None:
         for _ in range(_SEQUENCE):
             program(inputs, outputs)
 
     for name, body in (("after_producer", after_producer), ("model_weights", model_weights),
-                       ("sustained", sustained)):
+                       ("model_buffers", model_buffers), ("sustained", sustained)):
         graph = _graph(body)
         kernels = _kernel_device_us(graph)
         result[f"{name}_kernels_us"] = kernels
@@ -155,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         for i, (name, config, _) in enumerate(programs):
             summary = {context: statistics.median(t[f"{context}_us"] for t in timings[i])
                        for context in ("harness", "graph", "after_producer", "model_weights", "model_weights_replay",
+                                     "model_buffers", "model_buffers_replay",
                                      "sustained", "sustained_replay")}
             row = {"case": case, "task": task.describe(), "variant": name, "config": config,
                    "floor_us": floor_seconds(task, target) * 1e6, "median_us": summary, "rounds": timings[i]}
