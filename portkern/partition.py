@@ -38,6 +38,10 @@ Patterns (kinds and kernel signatures are in tasks.py):
               a norm computed in a wider float, its input cast up and the result cast back, is a
               task on the input's dtype)
   softmax     Softmax over the last axis (outside attention)
+  rotary      Add(Mul(x, cos), Mul(Concat(Neg(Slice(x, D/2:)), Slice(x, :D/2)), sin)) over the last
+              axis (transformers' apply_rotary_pos_emb), with fuse_rotary (a backend with a rotary
+              kernel); with fold_attention_transposes the head-split Transpose before it is folded
+              in (attrs["perm"]), so the heads are rotated in place and written where attention reads
   reduce      ReduceSum/Mean/Max/Min (outside norms)
   elementwise maximal trees of elementwise ops whose intermediates have one consumer
 
@@ -78,7 +82,7 @@ from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
 import ml_dtypes
 import numpy as np
 
-from .executor import _explicit_pads
+from .executor import _explicit_pads, slice_arguments
 from .ir import Graph, Node, TensorSpec, connected_groups
 from .layout import NHWC_OPS, ONNX_OF, channels_last, conv1d_as_2d, is_channels_last
 from .rewrites import split_projections
@@ -180,10 +184,12 @@ class _Match:
 class _Context:
     """Read-only views of the graph plus the set of nodes already claimed by a task."""
 
-    def __init__(self, graph: Graph, fold_attention_transposes: bool = False, share_kv_heads: bool = False) -> None:
+    def __init__(self, graph: Graph, fold_attention_transposes: bool = False, share_kv_heads: bool = False,
+                 fuse_rotary: bool = False) -> None:
         self.graph = graph
         self.fold_attention_transposes = fold_attention_transposes
         self.share_kv_heads = share_kv_heads
+        self.fuse_rotary = fuse_rotary
         self.producer = graph.producer()
         self.position = {id(node): index for index, node in enumerate(graph.nodes)}
         self.users: dict[str, list[Node]] = {}
@@ -1074,6 +1080,64 @@ def _match_matmul(ctx: _Context, node: Node) -> _Match | None:
     return _match_attention(ctx, node) or _match_gemm(ctx, node) or _match_bmm(ctx, node)
 
 
+def _last_axis_range(ctx: _Context, node: Node) -> tuple[int, int] | None:
+    """[start, end) of a Slice that cuts only the last axis, with unit steps, bounds in range."""
+    if node.op_type != "Slice" or any(name and name not in ctx.graph.constants for name in node.inputs[1:]):
+        return None
+    shape = ctx.shape(node.inputs[0])
+    cuts = slice_arguments(node, [None, *(ctx.graph.constants.get(name) for name in node.inputs[1:])])
+    if len(cuts) != 1 or cuts[0][2] % len(shape) != len(shape) - 1 or cuts[0][3] != 1:
+        return None
+    start, end, _, _ = cuts[0]
+    size = shape[-1]
+    start, end = (min(max(bound + size if bound < 0 else bound, 0), size) for bound in (start, end))
+    return start, end
+
+
+def _match_rotary(ctx: _Context, concat: Node) -> _Match | None:
+    """x * cos + rotate_half(x) * sin (see the module docstring), anchored at rotate_half's Concat."""
+    if not ctx.fuse_rotary or len(concat.inputs) != 2:
+        return None
+    shape = ctx.shape(concat.outputs[0])
+    if len(shape) != 4 or shape[-1] % 2 or int(concat.attrs.get("axis", 0)) % 4 != 3:
+        return None
+    half = shape[-1] // 2
+    neg, first = (ctx.producer.get(name) for name in concat.inputs)
+    if neg is None or neg.op_type != "Neg" or first is None or ctx.sole_user(neg.outputs[0]) is not concat \
+            or ctx.sole_user(first.outputs[0]) is not concat:
+        return None
+    second = ctx.producer.get(neg.inputs[0])
+    x = first.inputs[0]
+    if second is None or second.inputs[0] != x or ctx.sole_user(second.outputs[0]) is not neg \
+            or _last_axis_range(ctx, first) != (0, half) or _last_axis_range(ctx, second) != (half, 2 * half) \
+            or ctx.shape(x) != shape:
+        return None
+    rotated_mul = ctx.sole_user(concat.outputs[0], "Mul")
+    sin = ctx.other_input(rotated_mul, concat.outputs[0]) if rotated_mul else None
+    add = ctx.sole_user(rotated_mul.outputs[0], *_ADDS) if rotated_mul else None
+    other = ctx.other_input(add, rotated_mul.outputs[0]) if add and rotated_mul else None
+    x_mul = ctx.producer.get(other) if other else None
+    cos = ctx.other_input(x_mul, x) if x_mul is not None and x_mul.op_type == "Mul" else None
+    if sin is None or cos is None or ctx.sole_user(x_mul.outputs[0]) is not add \
+            or any(not _broadcasts_to(ctx.shape(angle), shape) for angle in (cos, sin)):
+        return None
+    nodes = [first, second, neg, concat, rotated_mul, x_mul, add]
+    attrs: dict[str, Any] = {}
+    split_heads = ctx.producer.get(x)
+    if ctx.fold_attention_transposes and split_heads is not None and split_heads.op_type == "Transpose" \
+            and id(split_heads) not in ctx.claimed \
+            and {id(user) for user in ctx.users.get(x, [])} <= {id(first), id(second), id(x_mul)}:
+        nodes.insert(0, split_heads)
+        attrs["perm"] = _transpose_perm(ctx, split_heads)
+        x = split_heads.inputs[0]
+    return _Match("rotary", nodes, [x, cos, sin], add.outputs[0], attrs, 4 * ctx.spec(x).numel)
+
+
+def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """Numpy broadcasting of `shape` to `target` without growing it."""
+    return len(shape) <= len(target) and all(size in (1, want) for size, want in zip(shape[::-1], target[::-1]))
+
+
 _ANCHORS: dict[str, Callable[[_Context, Node], _Match | None]] = {
     "MatMul": _match_matmul,
     "Gemm": _match_gemm,
@@ -1087,6 +1151,7 @@ _ANCHORS: dict[str, Callable[[_Context, Node], _Match | None]] = {
     "ReduceMax": _match_reduce,
     "ReduceMin": _match_reduce,
     "Pow": _match_rmsnorm,
+    "Concat": _match_rotary,
     "Mul": _match_rmsnorm,
     "Softmax": _match_softmax,
 }
@@ -1157,15 +1222,16 @@ def _to_task(ctx: _Context, match: _Match) -> Task | None:
                 constants=constants, opset=ctx.graph.opset)
 
 
-def partition(graph: Graph, fold_attention_transposes: bool = False, share_kv_heads: bool = False) -> list[Task]:
+def partition(graph: Graph, fold_attention_transposes: bool = False, share_kv_heads: bool = False, *,
+              fuse_rotary: bool = False) -> list[Task]:
     """The graph's kernel tasks in topological order (see the module docstring for the patterns).
 
     Tasks are ordered by the graph position of their last node: running glue nodes in graph order
     and each task at its last node's position respects every dependency.
     fold_attention_transposes: the backend's `folds_attention_transposes` (see the docstring).
-    share_kv_heads: the backend's `shares_kv_heads` (see the docstring).
+    share_kv_heads: the backend's `shares_kv_heads`; fuse_rotary: its `fuses_rotary` (see the docstring).
     """
-    ctx = _Context(graph, fold_attention_transposes, share_kv_heads)
+    ctx = _Context(graph, fold_attention_transposes, share_kv_heads, fuse_rotary)
     placed: list[tuple[int, Task]] = []
 
     def claim(match: _Match | None) -> None:
@@ -1193,7 +1259,8 @@ def backend_tasks(graph: Graph, backend: Backend) -> tuple[Graph, list[Task]]:
     graph = split_projections(conv1d_as_2d(graph))
     if backend.conv_layout == "NHWC":
         graph = channels_last(graph)
-    return graph, partition(graph, backend.folds_attention_transposes, backend.shares_kv_heads)
+    return graph, partition(graph, backend.folds_attention_transposes, backend.shares_kv_heads,
+                            fuse_rotary=backend.fuses_rotary)
 
 
 def summarize(tasks: Sequence[Task]) -> list[tuple[Task, int]]:

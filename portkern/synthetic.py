@@ -74,8 +74,9 @@ class GraphBuilder:
                      opset, model_hash=f"synthetic:{self.name}")
 
     def task(self, output: str, opset: int = SYNTHETIC_OPSET, fold_attention_transposes: bool = False,
-             share_kv_heads: bool = False) -> Task:
-        tasks = partition(self.graph([output], opset), fold_attention_transposes, share_kv_heads)
+             share_kv_heads: bool = False, fuse_rotary: bool = False) -> Task:
+        tasks = partition(self.graph([output], opset), fold_attention_transposes, share_kv_heads,
+                          fuse_rotary=fuse_rotary)
         if len(tasks) != 1:
             kinds = ", ".join(task.kind for task in tasks) or "none"
             raise SyntheticTaskError(f"synthetic {self.name} partitions into {len(tasks)} tasks ({kinds}), not one")
@@ -221,6 +222,45 @@ def rmsnorm_task(rows: int, cols: int, dtype: str = "float32", eps: float = 1e-6
     std = builder.op("Sqrt", [builder.op("Add", [mean, builder.constant(eps)], (rows, 1))], (rows, 1))
     normalized = builder.op("Div", [x, std], (rows, cols))
     return builder.task(builder.op("Mul", [builder.input("gamma", (cols,)), normalized], (rows, cols)))
+
+
+def rotary_graph(batch: int, heads: int, seq: int, dim: int, dtype: str = "float32", *,
+                 packed_heads: bool = False, per_example: bool = False) -> Graph:
+    """x * cos + rotate_half(x) * sin as transformers' apply_rotary_pos_emb writes it (two Slices
+    of the last axis, Neg, Concat), cos and sin (1, 1, S, D) (per_example: (B, 1, S, D)).
+    packed_heads: x arrives as (B, S, H, D) through the head-split Transpose a backend that folds
+    attention transposes folds in."""
+    if dim % 2:
+        raise SyntheticTaskError(f"rotary embeddings rotate halves: dim {dim} is odd")
+    builder = GraphBuilder("rotary", dtype)
+    shape = (batch, heads, seq, dim)
+    if packed_heads:
+        x = builder.op("Transpose", [builder.input("x", (batch, seq, heads, dim))], shape, perm=[0, 2, 1, 3])
+    else:
+        x = builder.input("x", shape)
+    angles = (batch if per_example else 1, 1, seq, dim)
+    cos, sin = builder.input("cos", angles), builder.input("sin", angles)
+    half = (batch, heads, seq, dim // 2)
+
+    def last_axis(start: int, end: int) -> str:
+        bounds = [builder.constant(np.array([value]), "int64") for value in (start, end, -1)]
+        return builder.op("Slice", [x, *bounds], half)
+
+    first, second = last_axis(0, dim // 2), last_axis(dim // 2, dim)
+    rotated = builder.op("Concat", [builder.op("Neg", [second], half), first], shape, axis=-1)
+    out = builder.op("Add", [builder.op("Mul", [x, cos], shape), builder.op("Mul", [rotated, sin], shape)], shape)
+    return builder.graph([out])
+
+
+def rotary_task(batch: int, heads: int, seq: int, dim: int, dtype: str = "float32", *,
+                packed_heads: bool = False, per_example: bool = False) -> Task:
+    """rotary_graph's one task, as a backend with a rotary kernel (and, packed_heads, folded
+    attention transposes) partitions it."""
+    graph = rotary_graph(batch, heads, seq, dim, dtype, packed_heads=packed_heads, per_example=per_example)
+    tasks = partition(graph, fold_attention_transposes=packed_heads, fuse_rotary=True)
+    if len(tasks) != 1:
+        raise SyntheticTaskError(f"rotary_graph partitions into {[task.kind for task in tasks]}, not one task")
+    return tasks[0]
 
 
 _EXPR_OPS = {"add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div", "pow": "Pow", "max": "Max",

@@ -18,6 +18,10 @@ Kinds and their kernel signatures (inputs in this order; graph layouts, kernels 
              Grouped-query attention (a backend with shares_kv_heads): k and v have KVH heads,
              H a multiple of KVH, and query head h reads key/value head h // (H / KVH)
   softmax    x (...,N) -> (...,N), over the last axis
+  rotary     x (B,H,S,D), cos, sin (broadcastable to it) -> (B,H,S,D)
+             out = x * cos + rotate_half(x) * sin, rotate_half(x) = concat(-x[..., D/2:], x[..., :D/2])
+             (the rotary embedding of LLaMA-style attention); attrs: [perm]: x is
+             buffer.permute(perm), the head split folded in as for attention
   layernorm  x (...,N), gamma (N,), beta (N,) -> (...,N)       attrs: eps
   rmsnorm    x (...,N), gamma (N,) -> (...,N)                  attrs: eps
   elementwise  in0..inK (broadcastable) -> out                 attrs: expr (see partition.py)
@@ -43,7 +47,7 @@ import onnx
 from .ir import Node, TensorSpec
 
 KINDS = ("gemm", "bmm", "attention", "softmax", "layernorm", "rmsnorm", "elementwise",
-         "reduce", "conv2d", "pool")
+         "reduce", "conv2d", "pool", "rotary")
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 

@@ -654,3 +654,25 @@ def test_grouped_query_attention_reads_the_key_value_heads_before_their_repeat(s
         want = synthetic.attention_task(b, h, s, d).reference(
             [q_value, np.repeat(k_value, h // kv, axis=1), np.repeat(v_value, h // kv, axis=1)])[0]
         np.testing.assert_allclose(attention.reference([q_value, k_value, v_value])[0], want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_rotary_embedding_is_one_task_where_the_backend_fuses_it(fuse: bool) -> None:
+    """transformers' apply_rotary_pos_emb after the head split (Transpose, two Slices of the last
+    axis, Neg, Concat, two Muls, Add): with a rotary kernel and folded transposes one rotary task
+    reading the (B, S, H, D) projection buffer through its perm; without one, as before, the Slices,
+    Neg and Concat stay glue and elementwise tasks."""
+    graph = synthetic.rotary_graph(2, 3, 5, 8, "float32", packed_heads=True)
+    tasks = partition(graph, fold_attention_transposes=True, fuse_rotary=fuse)
+    if not fuse:
+        assert "rotary" not in [task.kind for task in tasks]
+        return
+    assert [task.kind for task in tasks] == ["rotary"]
+    task = tasks[0]
+    assert task.input_names == ("x", "cos", "sin") and task.attr("perm") == (0, 2, 1, 3)
+    rng = np.random.default_rng(0)
+    x, cos, sin = (rng.standard_normal(spec.shape) for spec in task.inputs)
+    heads = x.transpose(0, 2, 1, 3)
+    half = heads.shape[-1] // 2
+    want = heads * cos + np.concatenate([-heads[..., half:], heads[..., :half]], axis=-1) * sin
+    np.testing.assert_allclose(task.reference([x, cos, sin])[0], want, rtol=1e-12)

@@ -64,6 +64,7 @@ TASKS: dict[str, list[Task]] = {
     "softmax": [synthetic.softmax_task(512, 1000, "float16")],
     "layernorm": [synthetic.layernorm_task(512, 768, "float16")],
     "rmsnorm": [synthetic.rmsnorm_task(512, 4096, "float16")],
+    "rotary": [synthetic.rotary_task(4, 32, 512, 64, "float16", packed_heads=True)],  # LLaMA's q heads
     "reduce": [synthetic.reduce_task((64, 128, 96), "float16", "mean", (2,))],
     "pool": [synthetic.pool_task(4, 64, 56, 56, "max", 3, 2, 1, "float16"),
              synthetic.pool_task(4, 512, 7, 7, "global_avg", dtype="float16")],
@@ -270,6 +271,7 @@ def test_bf16_is_refused_in_the_interpreter() -> None:
     synthetic.softmax_task(3, 10, "float32"),
     synthetic.layernorm_task(3, 10, "float32"),
     synthetic.rmsnorm_task(3, 10, "float32"),
+    synthetic.rotary_task(2, 3, 5, 8, "float32", packed_heads=True, per_example=True),
     synthetic.reduce_task((3, 4, 5), "float32", "max", (1,), keepdims=False),
     synthetic.pool_task(1, 2, 7, 7, "avg", 3, 2, 1),
     synthetic.pool_task(1, 2, 7, 7, "max", 3, 2, 1),

@@ -30,7 +30,7 @@ from portkern.tasks import Task, freeze_attrs
 TARGET = load_target("h200")
 ON_GPU = torch.cuda.is_available()
 DEVICE = "cuda" if ON_GPU else "cpu"
-MEMORY_KINDS = ("softmax", "layernorm", "rmsnorm", "reduce", "pool")
+MEMORY_KINDS = ("softmax", "layernorm", "rmsnorm", "reduce", "pool", "rotary")
 VARIANTS = {v.name: v for v in builtin_variants() if v.kind in MEMORY_KINDS}
 TOLERANCE = {"float32": 1e-5, "float16": 2e-3}  # relative L2 error against the float64 reference
 DTYPES = tuple(TOLERANCE)
@@ -69,7 +69,16 @@ NHWC_POOL_CASES = (
 )
 
 
+# rotary embeddings: (batch, heads, seq, head dim, the head split folded in, cos/sin per example)
+ROTARY_CASES = ((1, 1, 1, 2, False, False), (2, 3, 5, 8, False, False), (2, 3, 7, 24, True, True),
+                (1, 4, 33, 64, True, False))
+
+
 def _cases(kind: str, dtype: str) -> list[tuple[Task, set[str]]]:
+    if kind == "rotary":
+        every = {name for name, v in VARIANTS.items() if v.kind == kind}
+        return [(synthetic.rotary_task(b, h, s, d, dtype, packed_heads=packed, per_example=per_example), every)
+                for b, h, s, d, packed, per_example in ROTARY_CASES]
     if kind in ("softmax", "layernorm", "rmsnorm"):
         every = {name for name, v in VARIANTS.items() if v.kind == kind}
         return [(_row_task(kind, rows, cols, dtype), every) for rows, cols in ROW_SHAPES]

@@ -157,6 +157,9 @@ class Backend(ABC):
     # attention kernels read one key/value head for each group of query heads (grouped-query
     # attention): partition then reads k and v before their heads are repeated (no repeated copy)
     shares_kv_heads: ClassVar[bool] = False
+    # it has a rotary kernel: partition then makes transformers' rotary embedding one task (tasks.py)
+    # instead of Slices, Neg and Concat in glue around an elementwise task
+    fuses_rotary: ClassVar[bool] = False
     # "NHWC": convolutions and pools want the channels innermost, and the graph is rewritten
     # channels-last before it is partitioned (layout.py; partition.backend_tasks)
     conv_layout: ClassVar[str] = "NCHW"

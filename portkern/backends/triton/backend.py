@@ -116,6 +116,7 @@ class TritonBackend(Backend):
     allowed_imports = ALLOWED_IMPORTS
     folds_attention_transposes = True
     shares_kv_heads = True
+    fuses_rotary = True
     conv_layout = "NHWC"  # tensor cores read contiguous channels; cuDNN runs NHWC without transposes
 
     def __init__(self, target: Target) -> None:

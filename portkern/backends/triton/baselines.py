@@ -243,7 +243,20 @@ def _elementwise(task: Task) -> Compute:
     return compute
 
 
+def _rotary(task: Task) -> Compute:
+    """transformers' apply_rotary_pos_emb in torch ops, on the (B, H, S, D) view of x."""
+    perm = task.attr("perm")
+
+    def compute(inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+        x, cos, sin = inputs
+        x = x.permute(*perm) if perm else x
+        first, second = x.chunk(2, dim=-1)
+        return x * cos + torch.cat((-second, first), dim=-1) * sin
+    return compute
+
+
 _BUILDERS: dict[str, Callable[[Task], Compute]] = {
     "elementwise": _elementwise, "gemm": _gemm, "bmm": _bmm, "attention": _attention, "softmax": _softmax,
     "layernorm": _layernorm, "rmsnorm": _rmsnorm, "reduce": _reduce, "conv2d": _conv2d, "pool": _pool,
+    "rotary": _rotary,
 }

@@ -1,5 +1,6 @@
 # --- included from _attention_core.py: operands and the online-softmax loop (its module sets DOT_PRECISION) ---
 # include: dot_precision
+# include: broadcast
 LOG2E = 1.4426950408889634
 MAX_HEAD_DIM = 256
 
@@ -46,14 +47,6 @@ def _attention_shared_memory(task, config):
     itemsize = 4 if task.dtype == "float32" else 2
     block_d = _block_d(_logical(task, 0)[-1])
     return itemsize * block_d * (config["BLOCK_M"] + 2 * max(1, config["num_stages"]) * config["BLOCK_N"])
-
-
-def _strides4(t, shape4):
-    """Strides of t broadcast to a 4-D shape: size-1 (or missing) dims get stride 0."""
-    pad = len(shape4) - len(t.shape)
-    sizes = (1,) * pad + tuple(t.shape)
-    strides = (0,) * pad + tuple(t.stride())
-    return tuple(0 if size == 1 else stride for size, stride in zip(sizes, strides, strict=True))
 
 
 class _AttentionProblem:
