@@ -125,14 +125,16 @@ def _parts(graph: Graph, chain: _Projection, declare: Callable[..., str]) -> lis
         tag = f"::part{index}"
 
         def sliced(name: str, axis: int) -> str:
-            """The constant's columns [lo, hi) along `axis`, declared once under the part's name."""
+            """The constant's columns [lo, hi) along `axis`, under a name of this projection's part
+            (a weight two projections share, split differently, gets one constant for each)."""
             part = np.take(graph.constants[name], np.arange(lo, hi), axis=axis)
-            return declare(name + tag, TensorSpec(part.shape, graph.values[name].dtype), part)
+            return declare(f"{name}::{product.name}{tag}", TensorSpec(part.shape, graph.values[name].dtype), part)
 
         def made(node: Node, inputs: list[str], last: bool) -> str:
             """The node for this part; its output the Split's when it is the last of the chain."""
             spec = graph.values[node.outputs[0]]
-            output = out if last else declare(node.outputs[0] + tag, TensorSpec((*spec.shape[:-1], hi - lo), spec.dtype))
+            output = out if last else declare(node.outputs[0] + tag,
+                                              TensorSpec((*spec.shape[:-1], hi - lo), spec.dtype))
             nodes.append(replace(node, name=node.name + tag, inputs=inputs, outputs=[output]))
             return output
 
@@ -149,7 +151,7 @@ def _parts(graph: Graph, chain: _Projection, declare: Callable[..., str]) -> lis
                                           for name in chain.bias_add.inputs], chain.view is None)
         if chain.view is not None:
             shape = np.array(graph.values[out].shape, np.int64)
-            target = declare(chain.view.inputs[1] + tag, TensorSpec(shape.shape, "int64"), shape)
+            target = declare(f"{chain.view.inputs[1]}::{chain.view.name}{tag}", TensorSpec(shape.shape, "int64"), shape)
             nodes.append(replace(chain.view, name=chain.view.name + tag, inputs=[value, target], outputs=[out]))
         lo = hi
     return nodes
