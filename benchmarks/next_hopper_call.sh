@@ -8,9 +8,10 @@
 # priors. On an H100 (run's kinds serve for each other): a 4-layer LLaMA at TinyLlama's width and
 # ViT-B/16 (gpu_models.py; their first run was 2026-12-07, before grouped-query attention and the
 # rotary embedding were read in place and a zero mask dropped: these rows measure that), then the
-# in-sequence probe of BERT's FFN GEMM with each layer's own buffers (gemm_pingpong's in-model loss). Each step has its own timeout, so one that hangs costs only itself. What comes
-# back (at most 8 files): device.txt, the grid, the table, the suites' or the models' JSON, and every
-# step's output in steps.log; the priors are rebuilt here the same way from the grid and table.
+# in-sequence probe of BERT's FFN GEMM with each layer's own buffers (gemm_pingpong's in-model
+# loss). Each step has its own timeout, so one that hangs costs only itself. What comes back (at
+# most 8 files): device.txt, the grid, the table, the suites', the models' or the probe's JSON, and
+# every step's output in steps.log; the priors are rebuilt here the same way from the grid and table.
 set -uo pipefail
 GPU=$(python3 -c "import torch; print(torch.cuda.get_device_name())")
 case "$GPU" in *H200*) T=h200;; *) T=h100;; esac
