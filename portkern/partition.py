@@ -795,14 +795,30 @@ def _match_normalize(ctx: _Context, mean_square: str, value: str
     step = ctx.sole_user(std, "Div", "Reciprocal")
     if step is None:
         return None
-    if step.op_type == "Div" and list(step.inputs) == [value, std]:
-        return [add, sqrt, step], eps, step.outputs[0]
+    twin = _same_value(ctx, step.inputs[0], value) if step.op_type == "Div" and step.inputs[1] == std else None
+    if twin is not None:
+        return [add, sqrt, step, *twin], eps, step.outputs[0]
     if step.op_type == "Div" and (ctx.scalar(step.inputs[0]) != 1.0 or step.inputs[1] != std):
         return None
     mul = ctx.sole_user(step.outputs[0], "Mul")
-    if mul is None or ctx.other_input(mul, step.outputs[0]) != value:
+    twin = _same_value(ctx, ctx.other_input(mul, step.outputs[0]) or "", value) if mul else None
+    if mul is None or twin is None:
         return None
-    return [add, sqrt, step, mul], eps, mul.outputs[0]
+    return [add, sqrt, step, mul, *twin], eps, mul.outputs[0]
+
+
+def _same_value(ctx: _Context, operand: str, value: str) -> list[Node] | None:
+    """[] where `operand` is `value`; [its Cast] where both are the same Cast of one source (T5's
+    RMSNorm in float16 casts its input to float32 twice, once for the mean square and once for the
+    product); else None."""
+    if operand == value:
+        return []
+    twin, cast = ctx.producer.get(operand), ctx.producer.get(value)
+    if twin is None or cast is None or twin.op_type != "Cast" or cast.op_type != "Cast" or id(twin) in ctx.claimed \
+            or twin.inputs[0] != cast.inputs[0] or ctx.spec(operand) != ctx.spec(value) \
+            or len(ctx.users.get(operand, [])) != 1 or operand in ctx.graph_outputs:
+        return None
+    return [twin]
 
 
 def _affine(ctx: _Context, value: str, op_types: Sequence[str], n: int) -> tuple[Node, str] | None:
@@ -825,6 +841,18 @@ def _norm_io(ctx: _Context, x: str, normalized: str) -> tuple[str, str, list[Nod
         return x, cur, passed
     cur, after = ctx.pass_through(back.outputs[0])
     return up.inputs[0], cur, [up, *passed, back, *after]
+
+
+def _narrowed_after_affine(ctx: _Context, x: str, out: str) -> tuple[str, str, list[Node]]:
+    """(input, output, the two casts) where a norm is computed, weight and all, in a wider float and
+    only its result is cast back to the input's dtype (GemmaRMSNorm: x.float(), the norm, times
+    1 + weight in float32, .type_as(x)): the task reads and writes the model's dtype, its weights
+    stay float32. Otherwise (x, out, [])."""
+    up = ctx.producer.get(x)
+    back = ctx.cast_back(out, ctx.spec(up.inputs[0]).dtype) if up is not None and ctx.widens(up) else None
+    if up is None or back is None or id(up) in ctx.claimed:
+        return x, out, []
+    return up.inputs[0], back.outputs[0], [up, back]
 
 
 def _norm_match(ctx: _Context, kind: str, x: str, nodes: list[Node], eps: float, out: str,
@@ -859,8 +887,9 @@ def _match_layernorm_primitive(ctx: _Context, mean: Node) -> _Match | None:
     shifted = _affine(ctx, scaled[0].outputs[0], _ADDS, n) if scaled else None
     if scaled is None or shifted is None:
         return None
-    nodes = [mean, sub, squares[0], var, *norm_nodes, *passed, scaled[0], shifted[0]]
-    return _norm_match(ctx, "layernorm", x, nodes, eps, shifted[0].outputs[0], [scaled[1], shifted[1]])
+    x, out, narrowed = _narrowed_after_affine(ctx, x, shifted[0].outputs[0])
+    nodes = [mean, sub, squares[0], var, *norm_nodes, *passed, scaled[0], shifted[0], *narrowed]
+    return _norm_match(ctx, "layernorm", x, nodes, eps, out, [scaled[1], shifted[1]])
 
 
 def _match_rmsnorm(ctx: _Context, square: Node) -> _Match | None:
@@ -878,8 +907,9 @@ def _match_rmsnorm(ctx: _Context, square: Node) -> _Match | None:
     scaled = _affine(ctx, cur, ("Mul",), ctx.shape(x)[-1])
     if scaled is None:
         return None
-    nodes = [square, mean, *norm_nodes, *passed, scaled[0]]
-    return _norm_match(ctx, "rmsnorm", x, nodes, eps, scaled[0].outputs[0], [scaled[1]])
+    x, out, narrowed = _narrowed_after_affine(ctx, x, scaled[0].outputs[0])
+    nodes = [square, mean, *norm_nodes, *passed, scaled[0], *narrowed]
+    return _norm_match(ctx, "rmsnorm", x, nodes, eps, out, [scaled[1]])
 
 
 def _match_layernorm_op(ctx: _Context, node: Node) -> _Match | None:

@@ -13,6 +13,7 @@ import pytest
 
 from portkern import synthetic
 from portkern.backends import get_backend
+from portkern.backends.base import Candidate
 from portkern.executor import run_graph
 from portkern.hwprofile import load_target
 from portkern.ir import Graph
@@ -21,6 +22,7 @@ from portkern.onnx_import import load_model
 from portkern.partition import ACTIVATION_FLOPS, canonical_float, evaluate_expr, partition, summarize
 from portkern.synthetic import GraphBuilder
 from portkern.tasks import Task
+from portkern.verify import GateOptions, verify
 
 BATCH, SEQ, LAYERS, HIDDEN, HEADS, FFN = 2, 16, 2, 64, 2, 128
 COMPUTE_OPS = {"MatMul", "Gemm", "Conv", "BatchNormalization", "Softmax", "LayerNormalization",
@@ -475,6 +477,62 @@ def test_a_norm_computed_in_float32_is_a_task_on_the_models_float16(kind: str, c
     rng = np.random.default_rng(0)
     values = [rng.standard_normal(spec.shape) for spec in task.inputs]
     np.testing.assert_allclose(task.reference(values)[0], plain.reference(values)[0], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("spelling", ["div", "reciprocal"])
+def test_t5_rmsnorm_casts_its_input_twice_in_float16(spelling: str) -> None:
+    """T5's RMSNorm in a float16 export: the input cast to float32 once for the mean square and once
+    more for the product (two Cast nodes of one source), the result cast back, then the weight: one
+    rmsnorm task on the float16 input, both casts inside it."""
+    rows, cols = 3, 16
+    builder = GraphBuilder("t5_norm", "float16")
+    x16 = builder.input("x", (rows, cols))
+    squared_input, product_input = (_cast(builder, x16, (rows, cols), "float32") for _ in range(2))
+    square = builder.op("Pow", [squared_input, builder.constant(2.0, "float32")], (rows, cols), "float32")
+    variance = builder.op("ReduceMean", [square], (rows, 1), "float32", axes=[-1], keepdims=1)
+    std = builder.op("Sqrt", [builder.op("Add", [variance, builder.constant(1e-6, "float32")], (rows, 1), "float32")],
+                     (rows, 1), "float32")
+    if spelling == "div":
+        normalized = builder.op("Div", [product_input, std], (rows, cols), "float32")
+    else:
+        inverse = builder.op("Div", [builder.constant(1.0, "float32"), std], (rows, 1), "float32")
+        normalized = builder.op("Mul", [product_input, inverse], (rows, cols), "float32")
+    back = _cast(builder, normalized, (rows, cols), "float16")
+    out = builder.op("Mul", [builder.input("gamma", (cols,)), back], (rows, cols))
+    tasks = partition(builder.graph([out]))
+    assert [task.kind for task in tasks] == ["rmsnorm"] and tasks[0].input_names == ("x", "gamma")
+    plain = synthetic.rmsnorm_task(rows, cols, "float16", eps=1e-6)
+    rng = np.random.default_rng(0)
+    values = [rng.standard_normal(spec.shape) for spec in tasks[0].inputs]
+    np.testing.assert_allclose(tasks[0].reference(values)[0], plain.reference(values)[0], rtol=1e-6, atol=1e-6)
+
+
+def test_gemma_rmsnorm_weights_in_float32_and_casts_the_result_back() -> None:
+    """GemmaRMSNorm in a float16 export: x cast to float32, normalized and scaled by 1 + weight (a
+    float32 constant) there, only the result cast back: one rmsnorm task reading and writing
+    float16, its weight float32; Triton's rmsnorm kernels and the baseline pass the gate on it."""
+    rows, cols = 3, 16
+    builder = GraphBuilder("gemma_norm", "float16")
+    x = _cast(builder, builder.input("x", (rows, cols)), (rows, cols), "float32")
+    square = builder.op("Pow", [x, builder.constant(2.0, "float32")], (rows, cols), "float32")
+    variance = builder.op("ReduceMean", [square], (rows, 1), "float32", axes=[-1], keepdims=1)
+    std = builder.op("Sqrt", [builder.op("Add", [variance, builder.constant(1e-6, "float32")], (rows, 1), "float32")],
+                     (rows, 1), "float32")
+    normalized = builder.op("Div", [x, std], (rows, cols), "float32")
+    scaled = builder.op("Mul", [normalized, builder.input("weight", (cols,), "float32")], (rows, cols), "float32")
+    tasks = partition(builder.graph([_cast(builder, scaled, (rows, cols), "float16")]))
+    assert [task.kind for task in tasks] == ["rmsnorm"]
+    task = tasks[0]
+    assert task.input_names == ("x", "weight") and [spec.dtype for spec in (*task.inputs, *task.outputs)] == [
+        "float16", "float32", "float16"]
+    rng = np.random.default_rng(0)
+    values = [rng.standard_normal(spec.shape) for spec in task.inputs]
+    want = values[0] / np.sqrt(np.mean(values[0] ** 2, axis=-1, keepdims=True) + 1e-6) * values[1]
+    np.testing.assert_allclose(task.reference(values)[0], want, rtol=1e-6, atol=1e-6)
+    backend = get_backend(load_target("h200"))
+    programs = [backend.load(backend.compile(Candidate.of(v, v.default), task), task) for v in backend.variants(task)]
+    assert programs and all(verify(backend, program, task, "fp32", GateOptions(seeds=(3,))).passed
+                            for program in [*programs, backend.baseline(task)])
 
 
 def test_a_cast_to_the_same_dtype_is_no_step_and_alone_no_task() -> None:

@@ -175,12 +175,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="folder for NAME.onnx")
     parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--dtype", default="float32", choices=("float32", "float16"),
+                        help="the weights' and float inputs' dtype (float16: as a GPU user exports; its casts "
+                             "around softmax and norms are what partition has to see through)")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    dtype = getattr(torch, args.dtype)
     for name in args.models.split(","):
         torch.manual_seed(0)
         module, inputs, input_name, output_name = MODELS[name]()
+        module = module.to(dtype)
+        inputs = tuple(x.to(dtype) if x.is_floating_point() else x for x in inputs)
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the legacy exporter's deprecation and tracer notes
             torch.onnx.export(module.eval(), inputs, str(out / f"{name}.onnx"), input_names=[input_name],
