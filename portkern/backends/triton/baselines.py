@@ -124,14 +124,20 @@ def _softmax(task: Task) -> Compute:
     return lambda inputs: torch.softmax(inputs[0], dim=-1)
 
 
+def _in_weight_dtype(inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+    """A norm's input in its weight's dtype: float32 weights on a float16 input (GemmaRMSNorm's,
+    partition.py) mean the model normalizes in float32, and torch's fused norms want one dtype."""
+    return inputs[0].to(inputs[1].dtype)
+
+
 def _layernorm(task: Task) -> Compute:
     eps = float(task.attr("eps", 1e-5))
-    return lambda inputs: F.layer_norm(inputs[0], inputs[0].shape[-1:], inputs[1], inputs[2], eps)
+    return lambda inputs: F.layer_norm(_in_weight_dtype(inputs), inputs[0].shape[-1:], inputs[1], inputs[2], eps)
 
 
 def _rmsnorm(task: Task) -> Compute:
     eps = float(task.attr("eps", 1e-6))
-    return lambda inputs: F.rms_norm(inputs[0], inputs[0].shape[-1:], inputs[1], eps)
+    return lambda inputs: F.rms_norm(_in_weight_dtype(inputs), inputs[0].shape[-1:], inputs[1], eps)
 
 
 def _reduce(task: Task) -> Compute:
