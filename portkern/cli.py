@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 import sys
 import time
 from pathlib import Path
@@ -146,6 +147,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     target = load_target(args.target)
     graph, tasks_in_order = backend_tasks(_load(args), get_backend(target))
     tasks = summarize(tasks_in_order)
+    covered = {id(node) for task in tasks_in_order for node in task.nodes}
+    # what no task covers runs as glue (the backend's own runtime): a copy there is time no kernel wins back
+    glue = Counter(node.op_type for node in graph.nodes if id(node) not in covered)
     data = []
     for task, count in tasks:
         floor = target.profile.floor_seconds(task.flops, task.min_bytes, task.dtype)
@@ -153,7 +157,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                      "flops": task.flops, "min_bytes": task.min_bytes, "floor_seconds": floor,
                      "attrs": dict(task.attrs)})
     if args.json:
-        print(json.dumps({"model": graph.name, "target": target.name, "tasks": data}, indent=1, default=str))
+        print(json.dumps({"model": graph.name, "target": target.name, "tasks": data, "glue": dict(glue.most_common())},
+                         indent=1, default=str))
         return 0
     rows = [("task", "x", "GFLOP", "MB", "floor", "bound")]
     for d in data:
@@ -163,6 +168,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print(f"{graph.name}: {len(graph.nodes)} nodes, {sum(d['count'] for d in data)} tasks "
           f"({len(data)} distinct) on {target.name}")
     print(_table(rows))
+    print("glue between the tasks: " + (", ".join(f"{op} x{n}" for op, n in glue.most_common()) or "none"))
     return 0
 
 
@@ -266,7 +272,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     outputs = session.run(feeds)
     elapsed = time.perf_counter() - start
-    from collections import Counter
 
     for (label, reason), count in Counter((t.label, r) for t, r in session.fallbacks).items():
         print(f"fallback to the baseline: {label} x{count}: {reason}", file=sys.stderr)

@@ -78,10 +78,11 @@ def test_unsupported_op_names_op_and_node(capsys, tmp_path: Path) -> None:
 
 def test_inspect_table_and_json(capsys, softmax_model: Path) -> None:
     code, out, _ = _run(capsys, "inspect", str(softmax_model), "--shape", "x=32x64", "--target", "h200")
-    assert code == 0 and "softmax" in out
+    assert code == 0 and "softmax" in out and "glue between the tasks: none" in out
     code, out, _ = _run(capsys, "inspect", str(softmax_model), "--shape", "x=32x64", "--json")
     data = json.loads(out)
     (task,) = data["tasks"]
+    assert data["glue"] == {}
     assert task["kind"] == "softmax" and task["min_bytes"] == 2 * 32 * 64 * 4
     # memory-bound: the floor is the bytes over the H200's measured bandwidth
     assert task["floor_seconds"] == pytest.approx(2 * 32 * 64 * 4 / 4.2e12)
@@ -132,3 +133,19 @@ def test_bench_times_its_runners_with_numpy_blas_on_one_thread(capsys, softmax_m
     assert code == 0
     assert set(json.loads(out)["latency_seconds"]) == {"reference executor", "onnxruntime (CPU)"}
     assert seen and all(threads and set(threads) == {1} for threads in seen)
+
+
+def test_inspect_names_the_glue_between_tasks(capsys, tmp_path: Path) -> None:
+    """A Transpose between two softmaxes is no task's: inspect lists it as glue (copies a kernel
+    could read in place are where a model's time goes that no kernel tuning wins back)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [16, 8])
+    nodes = [helper.make_node("Softmax", ["x"], ["a"], axis=-1), helper.make_node("Transpose", ["a"], ["t"]),
+             helper.make_node("Softmax", ["t"], ["y"], axis=-1)]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "glued.onnx"
+    onnx.save(model, path)
+    code, out, _ = _run(capsys, "inspect", str(path), "--target", "h200")
+    assert code == 0 and "glue between the tasks: Transpose x1" in out
+    code, out, _ = _run(capsys, "inspect", str(path), "--target", "h200", "--json")
+    assert json.loads(out)["glue"] == {"Transpose": 1}
