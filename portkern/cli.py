@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import Counter
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Sequence
 

@@ -549,6 +549,17 @@ def _merged_heads(ctx: _Context, value: str, consumer: Node) -> tuple[str, Node]
     return reshape.inputs[0], reshape
 
 
+def _head_split(ctx: _Context, operand: str, readers: Sequence[Node]) -> Node | None:
+    """The Transpose that makes `operand` (a head split) where only `readers`, all inside one task,
+    read it: the task can read the buffer before it through a perm instead."""
+    split = ctx.producer.get(operand)
+    users = ctx.users.get(operand, [])
+    if split is None or split.op_type != "Transpose" or id(split) in ctx.claimed or operand in ctx.graph_outputs \
+            or not users or {id(user) for user in users} - {id(reader) for reader in readers}:
+        return None
+    return split
+
+
 def _repeated_heads(ctx: _Context, value: str, consumer: Node) -> tuple[str, list[Node]] | None:
     """(the (B, KVH, S, D) value, the repeat's nodes) where `value` (B, H, S, D) repeats each of its
     heads H / KVH times as transformers' repeat_kv writes it: Unsqueeze (or Reshape) to
@@ -695,9 +706,8 @@ def _match_attention(ctx: _Context, scores_mm: Node) -> _Match | None:
         perms: list[tuple[int, ...]] = []
         operands = []
         for operand, consumer in ((q, q_user), (k, k_user), (v, v_user)):
-            split_heads = ctx.producer.get(operand)
-            if split_heads is not None and split_heads.op_type == "Transpose" and id(split_heads) not in ctx.claimed \
-                    and ctx.sole_user(operand) is consumer:
+            split_heads = _head_split(ctx, operand, [consumer])
+            if split_heads is not None:
                 nodes.append(split_heads)
                 perms.append(_transpose_perm(ctx, split_heads))
                 operand = split_heads.inputs[0]
@@ -835,12 +845,22 @@ def _norm_io(ctx: _Context, x: str, normalized: str) -> tuple[str, str, list[Nod
     value cast back to the input's dtype: LlamaRMSNorm in a float16 model), from the input before
     the cast: the task reads and writes the model's dtype and computes in float32 as its kernels do."""
     cur, passed = ctx.pass_through(normalized)
-    up = ctx.producer.get(x)
-    back = ctx.cast_back(cur, ctx.spec(up.inputs[0]).dtype) if up is not None and ctx.widens(up) else None
-    if up is None or back is None:
+    casts = _widened_between(ctx, x, cur)
+    if casts is None:
         return x, cur, passed
+    up, back = casts
     cur, after = ctx.pass_through(back.outputs[0])
     return up.inputs[0], cur, [up, *passed, back, *after]
+
+
+def _widened_between(ctx: _Context, x: str, value: str) -> tuple[Node, Node] | None:
+    """(the Cast that widens x's source into x, the Cast of `value` back to the source's dtype),
+    where both are there: what between them is computed in the wider float."""
+    up = ctx.producer.get(x)
+    if up is None or id(up) in ctx.claimed or not ctx.widens(up):
+        return None
+    back = ctx.cast_back(value, ctx.spec(up.inputs[0]).dtype)
+    return None if back is None else (up, back)
 
 
 def _narrowed_after_affine(ctx: _Context, x: str, out: str) -> tuple[str, str, list[Node]]:
@@ -848,10 +868,10 @@ def _narrowed_after_affine(ctx: _Context, x: str, out: str) -> tuple[str, str, l
     only its result is cast back to the input's dtype (GemmaRMSNorm: x.float(), the norm, times
     1 + weight in float32, .type_as(x)): the task reads and writes the model's dtype, its weights
     stay float32. Otherwise (x, out, [])."""
-    up = ctx.producer.get(x)
-    back = ctx.cast_back(out, ctx.spec(up.inputs[0]).dtype) if up is not None and ctx.widens(up) else None
-    if up is None or back is None or id(up) in ctx.claimed:
+    casts = _widened_between(ctx, x, out)
+    if casts is None:
         return x, out, []
+    up, back = casts
     return up.inputs[0], back.outputs[0], [up, back]
 
 
@@ -1118,9 +1138,7 @@ def _last_axis_range(ctx: _Context, node: Node) -> tuple[int, int] | None:
     cuts = slice_arguments(node, [None, *(ctx.graph.constants.get(name) for name in node.inputs[1:])])
     if len(cuts) != 1 or cuts[0][2] % len(shape) != len(shape) - 1 or cuts[0][3] != 1:
         return None
-    start, end, _, _ = cuts[0]
-    size = shape[-1]
-    start, end = (min(max(bound + size if bound < 0 else bound, 0), size) for bound in (start, end))
+    start, end, _ = slice(cuts[0][0], cuts[0][1]).indices(shape[-1])  # ONNX's bounds resolve as Python's
     return start, end
 
 
@@ -1153,10 +1171,8 @@ def _match_rotary(ctx: _Context, concat: Node) -> _Match | None:
         return None
     nodes = [first, second, neg, concat, rotated_mul, x_mul, add]
     attrs: dict[str, Any] = {}
-    split_heads = ctx.producer.get(x)
-    if ctx.fold_attention_transposes and split_heads is not None and split_heads.op_type == "Transpose" \
-            and id(split_heads) not in ctx.claimed \
-            and {id(user) for user in ctx.users.get(x, [])} <= {id(first), id(second), id(x_mul)}:
+    split_heads = _head_split(ctx, x, [first, second, x_mul]) if ctx.fold_attention_transposes else None
+    if split_heads is not None:
         nodes.insert(0, split_heads)
         attrs["perm"] = _transpose_perm(ctx, split_heads)
         x = split_heads.inputs[0]

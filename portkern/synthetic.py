@@ -75,12 +75,17 @@ class GraphBuilder:
 
     def task(self, output: str, opset: int = SYNTHETIC_OPSET, fold_attention_transposes: bool = False,
              share_kv_heads: bool = False, fuse_rotary: bool = False) -> Task:
-        tasks = partition(self.graph([output], opset), fold_attention_transposes, share_kv_heads,
-                          fuse_rotary=fuse_rotary)
-        if len(tasks) != 1:
-            kinds = ", ".join(task.kind for task in tasks) or "none"
-            raise SyntheticTaskError(f"synthetic {self.name} partitions into {len(tasks)} tasks ({kinds}), not one")
-        return tasks[0]
+        return only_task(self.graph([output], opset), fold_attention_transposes, share_kv_heads, fuse_rotary)
+
+
+def only_task(graph: Graph, fold_attention_transposes: bool = False, share_kv_heads: bool = False,
+              fuse_rotary: bool = False) -> Task:
+    """The one task partition makes of a synthetic graph (with a backend's partition flags)."""
+    tasks = partition(graph, fold_attention_transposes, share_kv_heads, fuse_rotary=fuse_rotary)
+    if len(tasks) != 1:
+        kinds = ", ".join(task.kind for task in tasks) or "none"
+        raise SyntheticTaskError(f"synthetic {graph.name} partitions into {len(tasks)} tasks ({kinds}), not one")
+    return tasks[0]
 
 
 def _activation(builder: GraphBuilder, x: str, activation: str, allowed: Sequence[str]) -> str:
@@ -257,10 +262,7 @@ def rotary_task(batch: int, heads: int, seq: int, dim: int, dtype: str = "float3
     """rotary_graph's one task, as a backend with a rotary kernel (and, packed_heads, folded
     attention transposes) partitions it."""
     graph = rotary_graph(batch, heads, seq, dim, dtype, packed_heads=packed_heads, per_example=per_example)
-    tasks = partition(graph, fold_attention_transposes=packed_heads, fuse_rotary=True)
-    if len(tasks) != 1:
-        raise SyntheticTaskError(f"rotary_graph partitions into {[task.kind for task in tasks]}, not one task")
-    return tasks[0]
+    return only_task(graph, fold_attention_transposes=packed_heads, fuse_rotary=True)
 
 
 _EXPR_OPS = {"add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div", "pow": "Pow", "max": "Max",
