@@ -84,6 +84,32 @@ def time_program(backend: Backend, program: Program, task: Task,
     return Measurement(times=times, method=method)
 
 
+@dataclass(frozen=True)
+class KernelTime:
+    kernel: str  # the kernel's name as the profiler reports it
+    calls_per_run: float
+    device_us_per_run: float
+
+
+def kernel_device_times(run: Callable[[], Any], runs: int = 3, warmup: int = 1) -> list[KernelTime]:
+    """Device time of each CUDA kernel `run` launches (CUDA graph replays included), per run,
+    longest first. Wall-clock timing gives one number for a run; this says which kernel it went to,
+    and a kernel's time inside a model, which need not be its time alone (torch profiler)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(warmup):
+        run()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(runs):
+            run()
+        torch.cuda.synchronize()
+    times = [KernelTime(event.key, event.count / runs, event.device_time_total / runs)
+             for event in prof.key_averages() if event.device_time_total > 0]
+    return sorted(times, key=lambda time: -time.device_us_per_run)
+
+
 def _into(program: Program, outputs: list[Any]) -> Callable[[list[Any]], None]:
     """The program as one call on its inputs, writing these outputs."""
     return lambda inputs: program(inputs, outputs)

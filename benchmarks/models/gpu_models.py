@@ -69,7 +69,7 @@ import torch
 import portkern
 from portkern.backends import get_backend
 from portkern.hwprofile import load_target
-from portkern.measure import MeasureOptions
+from portkern.measure import MeasureOptions, kernel_device_times
 from portkern.models import _bert_module, export_bert, random_feeds
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -326,23 +326,16 @@ def rel_l2(got: Any, want: np.ndarray) -> float:
 # --------------------------------------------------------------------------- one model
 
 def device_kernel_table(run: Run, runs: int = 3, top: int = 30) -> list[dict[str, Any]]:
-    """Where one run's device time goes: the profiler's kernels (CUDA graph replays included),
-    by total time, per run. What is left to win is in this table, not in the task list alone."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(runs):
-            run()
-        torch.cuda.synchronize()
-    rows = [{"kernel": event.key[:160], "calls_per_run": event.count / runs,
-             "device_us_per_run": event.device_time_total / runs}
-            for event in prof.key_averages() if event.device_time_total > 0]
-    rows.sort(key=lambda row: -row["device_us_per_run"])
-    total = sum(row["device_us_per_run"] for row in rows)
-    for row in rows[:top]:
+    """Where one run's device time goes, by kernel, printed and returned (the top ones and the
+    total). What is left to win is in this table, not in the task list alone."""
+    times = kernel_device_times(run, runs, warmup=0)
+    total = sum(time.device_us_per_run for time in times)
+    rows = [{"kernel": time.kernel[:160], "calls_per_run": time.calls_per_run,
+             "device_us_per_run": time.device_us_per_run} for time in times[:top]]
+    for row in rows:
         print(f"    {row['device_us_per_run']:9.1f} us {100 * row['device_us_per_run'] / total:5.1f}%  "
               f"x{row['calls_per_run']:<5g} {row['kernel'][:100]}", flush=True)
-    return rows[:top] + [{"kernel": "(all kernels)", "device_us_per_run": total}]
+    return rows + [{"kernel": "(all kernels)", "device_us_per_run": total}]
 
 
 def warm_up(name: str, run: Run, runs: int = 3) -> None:

@@ -35,7 +35,7 @@ import torch
 from portkern.backends import get_backend
 from portkern.backends.triton.modules import builtin_variants
 from portkern.hwprofile import load_target
-from portkern.measure import MeasureOptions, device_inputs, time_program
+from portkern.measure import MeasureOptions, device_inputs, kernel_device_times, time_program
 from portkern.profile import floor_seconds
 from portkern.tasks import Task
 from portkern.verify import _poisoned
@@ -74,20 +74,6 @@ def _replay_us(graph: torch.cuda.CUDAGraph, replays: int = 20) -> float:
     return statistics.median(times)
 
 
-def _kernel_device_us(graph: torch.cuda.CUDAGraph, replays: int = 20) -> dict[str, float]:
-    """Per-call device time of each kernel in the replayed graph, by kernel name (profiler)."""
-    from torch.profiler import ProfilerActivity, profile
-    for _ in range(3):
-        graph.replay()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(replays):
-            graph.replay()
-        torch.cuda.synchronize()
-    return {event.key[:80]: event.device_time_total / event.count
-            for event in prof.key_averages() if event.device_time_total > 0}
-
-
 def _contexts(backend: Any, program: Any, task: Task, sets: list[list[Any]], layers: list[list[Any]],
               measure: MeasureOptions) -> dict[str, Any]:
     from triton.testing import do_bench_cudagraph
@@ -123,7 +109,8 @@ def _contexts(backend: Any, program: Any, task: Task, sets: list[list[Any]], lay
     for name, body in (("after_producer", after_producer), ("model_weights", model_weights),
                        ("model_buffers", model_buffers), ("sustained", sustained)):
         graph = _graph(body)
-        kernels = _kernel_device_us(graph)
+        kernels = {time.kernel[:80]: time.device_us_per_run / time.calls_per_run
+                   for time in kernel_device_times(graph.replay, runs=20, warmup=3)}
         result[f"{name}_kernels_us"] = kernels
         result[f"{name}_us"] = max(kernels.values())  # the task's kernel is the long one in the graph
         result[f"{name}_replay_us"] = _replay_us(graph)
