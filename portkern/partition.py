@@ -403,7 +403,9 @@ def _epilogue(ctx: _Context, value: str, bias_of: int | None, allowed: Sequence[
               residual_first: bool) -> tuple[list[Node], str | None, str, str, str | None]:
     """What follows a contraction: (nodes, bias, activation, out, residual).
 
-    A bias Add of shape (bias_of,) is fused only when `bias_of` is given (a gemm without one).
+    A bias Add of shape (bias_of,) is fused only when `bias_of` is given (a gemm without one). A
+    residual after the activation may also be a Mul by a tensor of the output's shape (a gate,
+    SwiGLU's silu(x @ W_gate) * up): the last node says which (`_residual_op`).
     """
     nodes: list[Node] = []
     cur = value
@@ -415,9 +417,9 @@ def _epilogue(ctx: _Context, value: str, bias_of: int | None, allowed: Sequence[
             nodes.append(add)
             bias, cur = other, add.outputs[0]
 
-    def take_residual() -> str | None:
+    def take_residual(*ops: str) -> str | None:
         nonlocal cur
-        add = ctx.sole_user(cur, *_ADDS)
+        add = ctx.sole_user(cur, *ops)
         other = add and ctx.other_input(add, cur)
         if add and other and other != cur and ctx.spec(other) == ctx.spec(cur) \
                 and ctx.shape(add.outputs[0]) == ctx.shape(cur):
@@ -426,12 +428,17 @@ def _epilogue(ctx: _Context, value: str, bias_of: int | None, allowed: Sequence[
             return other
         return None
 
-    residual = take_residual() if residual_first else None
+    residual = take_residual(*_ADDS) if residual_first else None
     activation, region, cur = _match_activation(ctx, cur, allowed)
     nodes.extend(region)
     if not residual_first:
-        residual = take_residual()
+        residual = take_residual(*_ADDS, "Mul")
     return nodes, bias, activation, cur, residual
+
+
+def _residual_op(epilogue: list[Node]) -> dict[str, str]:
+    """The gemm attribute of a residual that multiplies (the epilogue's last node a Mul); {} for an add."""
+    return {"residual_op": "mul"} if epilogue and epilogue[-1].op_type == "Mul" else {}
 
 
 def _epilogue_flops(numel: int, bias: bool, activation: str, residual: bool) -> int:
@@ -465,7 +472,7 @@ def _match_gemm(ctx: _Context, node: Node) -> _Match | None:
     bias = bias or bias_add
     flops = 2 * m * n * k + _epilogue_flops(m * n, bias is not None, activation, residual is not None)
     attrs = {"activation": activation, "trans_b": trans_b, "bias": bias is not None,
-             "residual": residual is not None}
+             "residual": residual is not None, **(_residual_op(epilogue) if residual else {})}
     inputs = [a, b] + [name for name in (bias, residual) if name is not None]
     return _Match("gemm", [*views, node] + epilogue, inputs, out, attrs, flops)
 

@@ -108,7 +108,7 @@ _OTHER_ALIGNMENT_STEP = 2.0
 # on BERT's and GPT-2's FFN GEMMs with it, 0.94-0.99x without, H100 2026-12-07), so a winner measured
 # with the same epilogue comes before one of a plain GEMM of the same sizes
 _OTHER_EPILOGUE_STEP = 0.5
-_EPILOGUE_ATTRS = ("bias", "activation", "residual")
+_EPILOGUE_ATTRS = ("bias", "activation", "residual", "residual_op")
 _ROW_ALIGNMENT_BYTES = 16
 
 

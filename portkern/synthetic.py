@@ -115,9 +115,12 @@ def _activation(builder: GraphBuilder, x: str, activation: str, allowed: Sequenc
 
 
 def gemm_task(m: int, n: int, k: int, dtype: str = "float32", *, activation: str = "none",
-              bias: bool = False, residual: bool = False, trans_b: bool = False,
+              bias: bool = False, residual: bool = False, gate: bool = False, trans_b: bool = False,
               batch: Sequence[int] = ()) -> Task:
-    """a (*batch,M,K) @ b (K,N) [+ bias] [-> act] [+ residual]; trans_b: a Gemm op with b (N,K)."""
+    """a (*batch,M,K) @ b (K,N) [+ bias] [-> act] [+ residual | * gate]; trans_b: a Gemm op with
+    b (N,K). A gate multiplies as SwiGLU's up projection does its silu(x @ W_gate)."""
+    if residual and gate:
+        raise SyntheticTaskError("a gemm's last operand is a residual or a gate, not both")
     builder = GraphBuilder("gemm", dtype)
     out_shape = (*batch, m, n)
     a = builder.input("a", (*batch, m, k))
@@ -133,6 +136,8 @@ def gemm_task(m: int, n: int, k: int, dtype: str = "float32", *, activation: str
     y = _activation(builder, y, activation, GEMM_ACTIVATIONS)
     if residual:
         y = builder.op("Add", [y, builder.input("residual", out_shape)], out_shape)
+    if gate:
+        y = builder.op("Mul", [y, builder.input("gate", out_shape)], out_shape)
     return builder.task(y)
 
 

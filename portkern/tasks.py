@@ -6,8 +6,10 @@ float64, so a kernel is always checked against the model's own semantics.
 
 Kinds and their kernel signatures (inputs in this order; graph layouts, kernels use strides):
   gemm       a (...,K), b (K,N) or (N,K) if trans_b, [bias (N,)], [residual (...,N)] -> (...,N)
-             out = act(a @ b + bias) + residual
-             attrs: activation (none|relu|gelu|gelu_tanh|silu|sigmoid|tanh), trans_b, bias, residual
+             out = act(a @ b + bias) + residual, or * residual where residual_op is "mul" (a gate:
+             SwiGLU's silu(x @ W_gate) * (x @ W_up), the up projection a task of its own)
+             attrs: activation (none|relu|gelu|gelu_tanh|silu|sigmoid|tanh), trans_b, bias, residual,
+             [residual_op "mul"; absent: "add"]
   bmm        a (B...,M,K), b (B...,K,N) -> (B...,M,N)          attrs: scale (float, 1.0 = none)
   attention  q (B,H,S,D), k (B,H,D,Sk) if k_transposed else (B,H,Sk,D), v (B,H,Sk,D),
              [mask broadcastable to (B,H,S,Sk), additive] -> (B,H,S,D)
@@ -50,6 +52,11 @@ KINDS = ("gemm", "bmm", "attention", "softmax", "layernorm", "rmsnorm", "element
          "reduce", "conv2d", "pool", "rotary")
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def residual_join(task: Task) -> str:
+    """How a gemm task's last operand joins its epilogue: "none", "add" (a residual) or "mul" (a gate)."""
+    return task.attr("residual_op", "add") if task.attr("residual", False) else "none"
 
 
 def upcast_float(value: np.ndarray) -> np.ndarray:

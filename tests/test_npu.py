@@ -86,6 +86,8 @@ GATE_CASES: list[tuple[str, Callable[[], Task], dict[str, Any]]] = [
      {"BLOCK_M": 64, "BLOCK_N": 128}),
     ("gemm-fp16-tanh-residual", lambda: gemm_task(20, 33, 17, "float16", activation="tanh", residual=True),
      {"BLOCK_M": 64, "BLOCK_N": 256}),
+    ("gemm-fp16-silu-gate", lambda: gemm_task(20, 33, 17, "float16", activation="silu", gate=True),
+     {"BLOCK_M": 64, "BLOCK_N": 256}),
     # L1 panels and deep L1 slices on odd shapes: runs of 2-4 tiles that share an A (or B) panel
     ("gemm-fp16-a-panel-bias", lambda: gemm_task(300, 520, 77, "float16", bias=True),
      {"BLOCK_M": 64, "BLOCK_N": 64, "L1_PANEL": "a", "L1_STEPS": 2, "PROGRAMS": 16}),
@@ -124,6 +126,8 @@ GATE_CASES: list[tuple[str, Callable[[], Task], dict[str, Any]]] = [
      {"variant": SPREAD, "BLOCK_M": 32, "BLOCK_N": 256, "K_PARTS": 3, "L1_STEPS": 2, "EPILOGUE_ROWS": 16}),
     ("gemm-spread-fp32-gelu-bias-residual",
      lambda: gemm_task(20, 130, 77, "float32", activation="gelu", bias=True, residual=True),
+     {"variant": SPREAD, "BLOCK_M": 32, "BLOCK_N": 128, "K_PARTS": 2, "L1_STEPS": 1, "EPILOGUE_ROWS": 16}),
+    ("gemm-spread-fp32-silu-gate", lambda: gemm_task(20, 130, 77, "float32", activation="silu", gate=True),
      {"variant": SPREAD, "BLOCK_M": 32, "BLOCK_N": 128, "K_PARTS": 2, "L1_STEPS": 1, "EPILOGUE_ROWS": 16}),
     ("gemm-spread-fp16-even-k-gelu", lambda: gemm_task(20, 270, 256, "float16", activation="gelu", bias=True),
      {"variant": SPREAD, "BLOCK_M": 32, "BLOCK_N": 256, "K_PARTS": 2, "L1_STEPS": 1, "EPILOGUE_ROWS": 16}),

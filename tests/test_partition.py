@@ -734,3 +734,30 @@ def test_rotary_embedding_is_one_task_where_the_backend_fuses_it(fuse: bool) -> 
     half = heads.shape[-1] // 2
     want = heads * cos + np.concatenate([-heads[..., half:], heads[..., :half]], axis=-1) * sin
     np.testing.assert_allclose(task.reference([x, cos, sin])[0], want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("up_first", [False, True])
+def test_swiglu_multiplies_in_a_gemm_epilogue(up_first: bool) -> None:
+    """LLaMA's MLP, down(silu(x @ W_gate) * (x @ W_up)) + x: the product of the two projections is
+    one GEMM's epilogue (the other GEMM's output its gate operand), whichever projection comes first
+    in the graph; no elementwise task is left, and the model's outputs do not change."""
+    builder = GraphBuilder("swiglu", "float32")
+    x = builder.input("x", (6, 16))
+    projections = {name: builder.op("MatMul", [x, builder.input(f"w_{name}", (16, 40))], (6, 40))
+                   for name in (("up", "gate") if up_first else ("gate", "up"))}
+    silu = builder.op("Mul", [projections["gate"], builder.op("Sigmoid", [projections["gate"]], (6, 40))], (6, 40))
+    product = builder.op("Mul", [silu, projections["up"]], (6, 40))
+    down = builder.op("MatMul", [product, builder.input("w_down", (40, 16))], (6, 16))
+    graph = builder.graph([builder.op("Add", [down, x], (6, 16))])
+    tasks = partition(graph)
+    assert [task.kind for task in tasks] == ["gemm"] * 3
+    gated = [task for task in tasks if task.attr("residual_op") == "mul"]
+    assert len(gated) == 1 and gated[0].attr("residual")
+    assert [task.attr("residual_op", "add") for task in tasks if task.attr("residual")].count("add") == 1
+    rng = np.random.default_rng(3)
+    feeds = {name: rng.standard_normal(graph.values[name].shape).astype(np.float32) for name in graph.inputs}
+    values = dict(feeds)
+    for task in tasks:  # in order: each task's inputs are the graph's or an earlier task's
+        values.update(zip(task.output_names, task.reference([values[name] for name in task.input_names])))
+    want = run_graph(graph, feeds)[graph.outputs[0]]  # in float32; the references in float64
+    np.testing.assert_allclose(values[graph.outputs[0]], want, rtol=1e-4, atol=1e-3)

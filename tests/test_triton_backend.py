@@ -46,7 +46,7 @@ SAMPLE_TRIES = 300
 
 # GPU-sized tasks: nothing runs, so shapes can be what a model has (fp32 for the tf32 variants).
 TASKS: dict[str, list[Task]] = {
-    "gemm": [synthetic.gemm_task(512, 768, 384, "float16", bias=True, activation="silu", residual=True),
+    "gemm": [synthetic.gemm_task(512, 768, 384, "float16", bias=True, activation="silu", gate=True),  # SwiGLU
              synthetic.gemm_task(4, 1024, 768, "float32", trans_b=True, bias=True),
              synthetic.gemm_task(3000, 1000, 777, "float16", trans_b=True)],  # rows TMA cannot read in place
     "bmm": [synthetic.bmm_task(12, 128, 128, 64, "float16"), synthetic.bmm_task(4, 96, 80, 64, "float32")],
@@ -268,6 +268,7 @@ def test_bf16_is_refused_in_the_interpreter() -> None:
     synthetic.attention_task(1, 4, 5, 8, "float32", seq_kv=9, kv_heads=2, mask=True),
     synthetic.conv2d_task(1, 4, 7, 7, 6, 3, 3, "float32", stride=2, pad=1, group=2, activation="silu",
                           residual=True),
+    synthetic.gemm_task(5, 6, 7, "float32", activation="silu", gate=True),
     synthetic.softmax_task(3, 10, "float32"),
     synthetic.layernorm_task(3, 10, "float32"),
     synthetic.rmsnorm_task(3, 10, "float32"),

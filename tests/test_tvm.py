@@ -81,8 +81,8 @@ def test_gemm_default_every_activation(backend: TvmBackend, activation: str) -> 
     assert_matches_reference(backend, program, task)
 
 
-@pytest.mark.parametrize("shape", [dict(trans_b=True, bias=True), dict(batch=(2,), residual=True)],
-                         ids=["trans_b", "batched"])
+@pytest.mark.parametrize("shape", [dict(trans_b=True, bias=True), dict(batch=(2,), residual=True),
+                                   dict(activation="silu", gate=True)], ids=["trans_b", "batched", "swiglu_gate"])
 def test_gemm_sampled_configs(backend: TvmBackend, shape: dict[str, Any]) -> None:
     task = synthetic.gemm_task(**GEMM_ODD, **shape)
     for config in sampled(backend, task, 2, seed=5):

@@ -47,6 +47,7 @@ HAS_NVCC = build.ptx_compiler() == "nvcc" and shutil.which("ptxas") is not None
 TASKS = {
     "gemm_gelu_residual": lambda: synthetic.gemm_task(37, 29, 24, activation="gelu", bias=True, residual=True),
     "gemm_trans_b_partial_k_step": lambda: synthetic.gemm_task(37, 32, 20, trans_b=True, bias=True),
+    "gemm_silu_gate": lambda: synthetic.gemm_task(37, 29, 24, activation="silu", gate=True),
     "conv2d_resnet": lambda: synthetic.conv2d_task(1, 5, 11, 13, 7, 3, 3, pad=1, activation="relu", residual=True),
     "conv2d_grouped_strided": lambda: synthetic.conv2d_task(2, 6, 9, 10, 8, 3, 3, stride=2, pad=1, group=2),
     "softmax": lambda: synthetic.softmax_task(37, 48),

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ...tasks import Task
+from ...tasks import Task, residual_join
 from .modules import float32_contractions, torch_dtype
 
 Compute = Callable[[Sequence[torch.Tensor]], torch.Tensor]
@@ -65,6 +65,7 @@ def _channels_last(compute: Compute) -> Compute:
 def _gemm(task: Task) -> Compute:
     activation = _ACTIVATIONS[task.attr("activation", "none")]
     has_bias, has_residual = task.attr("bias", False), task.attr("residual", False)
+    multiply = residual_join(task) == "mul"
     trans_b = task.attr("trans_b", False)
 
     def compute(inputs: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -73,7 +74,9 @@ def _gemm(task: Task) -> Compute:
         if has_bias and not trans_b:
             out = out + rest[0]
         out = activation(out)
-        return out + rest[-1] if has_residual else out
+        if not has_residual:
+            return out
+        return out * rest[-1] if multiply else out + rest[-1]
     return compute
 
 

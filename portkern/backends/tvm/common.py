@@ -210,10 +210,11 @@ def check_registers(rows: int, width: int, lanes: int, facts: HostFacts) -> str 
 
 
 def epilogue(acc: te.Tensor, shape: Sequence[int], activation: str, bias: Callable[..., Any] | None,
-             residual: te.Tensor | None, residual_first: bool) -> te.Tensor:
+             residual: te.Tensor | None, residual_first: bool, residual_op: str = "add") -> te.Tensor:
     """The fused elementwise tail on the accumulator, in the order the task's subgraph computes it.
 
-    `bias(*index)` is the bias value at an output index; stages are inlined by `schedule_epilogue`.
+    `bias(*index)` is the bias value at an output index; the residual is added, or multiplied where
+    `residual_op` is "mul" (a gate); stages are inlined by `schedule_epilogue`.
     """
     def add_bias(*index: Any) -> Any:
         value = acc(*index)
@@ -224,7 +225,8 @@ def epilogue(acc: te.Tensor, shape: Sequence[int], activation: str, bias: Callab
         value = te.compute(value.shape, lambda *i: value(*i) + residual(*i), name="residual_add")
     value = ACTIVATIONS[activation](value)
     if residual is not None and not residual_first:
-        value = te.compute(value.shape, lambda *i: value(*i) + residual(*i), name="residual_add")
+        join = (lambda *i: value(*i) * residual(*i)) if residual_op == "mul" else (lambda *i: value(*i) + residual(*i))
+        value = te.compute(value.shape, join, name=f"residual_{residual_op}")
     return te.compute(value.shape, lambda *i: value(*i), name="out")
 
 

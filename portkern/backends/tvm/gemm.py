@@ -17,7 +17,7 @@ import tvm
 from tvm import s_tir, te
 
 from ...hwprofile import Target
-from ...tasks import Task
+from ...tasks import Task, residual_join
 from .common import (
     Computation,
     HostFacts,
@@ -121,7 +121,8 @@ def computation(task: Task, tile_m: int, tile_n: int, b_panels: bool = False) ->
     acc = te.compute((padded_m, padded_n), lambda i, j: te.sum(a[clamp(i, m), r] * b_read(r, j), axis=r),
                      name="acc")
     out = epilogue(acc, (m, n), task.attr("activation", "none"),
-                   (lambda i, j: bias[j]) if bias is not None else None, residual, residual_first=False)
+                   (lambda i, j: bias[j]) if bias is not None else None, residual, residual_first=False,
+                   residual_op=residual_join(task))
     shapes = [(m, k), tuple(task.inputs[1].shape)] + [(n,)] * (bias is not None) + [(m, n)] * (residual is not None)
     return Computation((*inputs, out), (*shapes, (m, n)))
 

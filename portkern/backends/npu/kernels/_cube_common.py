@@ -5,6 +5,12 @@ ACTIVATION_VECTOR_OPS = {"none": 0, "relu": 1, "relu6": 2, "sigmoid": 4, "tanh":
                          "gelu_tanh": 10}
 
 
+def _residual_join(task):
+    """How a GEMM's last operand joins its epilogue: "none", "add" (a residual) or "mul" (a gate,
+    as SwiGLU's silu(x @ W_gate) * up)."""
+    return task.attr("residual_op", "add") if task.attr("residual", False) else "none"
+
+
 def _fractal(extent):
     """The extent rounded up to the cube's 16-element fractal."""
     return -(-extent // 16) * 16
@@ -58,7 +64,7 @@ def _k_step(acc, a_slice, a_rows_in, b_slice, b_cols_in, k0, K, stride_bk, K_SLI
 @triton.jit
 def _vector_epilogue(tile_sum, residual_ptr, out_ptr, row0, rn, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      EPILOGUE_ROWS: tl.constexpr, PARTS: tl.constexpr, ACTIVATION: tl.constexpr,
-                     HAS_RESIDUAL: tl.constexpr):
+                     RESIDUAL: tl.constexpr):
     """The vector cores' part: a tile's sum from the workspace (the sum of PARTS partial tiles
     stored one after another, in order), one UB chunk of rows at a time."""
     for r0 in range(0, tl.minimum(BLOCK_M, M - row0), EPILOGUE_ROWS):
@@ -71,6 +77,10 @@ def _vector_epilogue(tile_sum, residual_ptr, out_ptr, row0, rn, M, N, BLOCK_M: t
         rm = row0 + rows
         inside = (rm < M)[:, None] & (rn < N)[None, :]
         offsets = rm[:, None] * N + rn[None, :]
-        if HAS_RESIDUAL:
-            x += tl.load(residual_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
+        if RESIDUAL != "none":
+            other = tl.load(residual_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
+            if RESIDUAL == "mul":
+                x = x * other
+            else:
+                x = x + other
         tl.store(out_ptr + offsets, x.to(out_ptr.dtype.element_ty), mask=inside)

@@ -117,7 +117,7 @@ def _k_step_lead(acc, a_slice, a_rows_in, b_slice, b_cols_in, k0, K, stride_bk, 
 @triton.jit
 def _tile_finish(acc, tile_sum, residual_ptr, out_ptr, tile_m, rm, rn, k_lo, M, N, K, K_DEPTH: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, VECTOR: tl.constexpr, EPILOGUE_ROWS: tl.constexpr,
-                 ACTIVATION: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+                 ACTIVATION: tl.constexpr, RESIDUAL: tl.constexpr):
     """The accumulator leaves L0C: to the output, or (FIXPIPE) to the tile's workspace slot, stored by
     the first K slice and accumulated by the others; after the last slice the vector cores finish it."""
     if VECTOR:
@@ -128,7 +128,7 @@ def _tile_finish(acc, tile_sum, residual_ptr, out_ptr, tile_m, rm, rn, k_lo, M, 
             tl.atomic_add(tile_sum + tile_offsets, acc)
         if k_lo + K_DEPTH >= K:
             _vector_epilogue(tile_sum, residual_ptr, out_ptr, tile_m * BLOCK_M, rn, M, N, BLOCK_M, BLOCK_N,
-                             EPILOGUE_ROWS, 1, ACTIVATION, HAS_RESIDUAL)
+                             EPILOGUE_ROWS, 1, ACTIVATION, RESIDUAL)
     else:
         tl.store(out_ptr + rm[:, None] * N + rn[None, :], acc.to(out_ptr.dtype.element_ty),
                  mask=(rm < M)[:, None] & (rn < N)[None, :])
@@ -139,7 +139,7 @@ def _gemm_tiles(a_ptr, b_ptr, bias_ptr, residual_ptr, out_ptr, ws_ptr, M, N, K, 
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, K_SLICE: tl.constexpr, K_DEPTH: tl.constexpr,
                 ALONG_M: tl.constexpr, HAS_LEAD: tl.constexpr, LEAD_TILES: tl.constexpr, LEAD_SLICE: tl.constexpr,
                 VECTOR: tl.constexpr, SLOTS: tl.constexpr, EPILOGUE_ROWS: tl.constexpr, ACTIVATION: tl.constexpr,
-                HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, EVEN_K: tl.constexpr,
+                HAS_BIAS: tl.constexpr, RESIDUAL: tl.constexpr, EVEN_K: tl.constexpr,
                 DOT_PRECISION: tl.constexpr):
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
@@ -170,11 +170,11 @@ def _gemm_tiles(a_ptr, b_ptr, bias_ptr, residual_ptr, out_ptr, ws_ptr, M, N, K, 
                         acc1 = _k_step_lead(acc1, a1, a1_in, b1, b1_in, k0, K, stride_bk, K_SLICE, LEAD_SLICE,
                                             not ALONG_M, EVEN_K, DOT_PRECISION)
                 _tile_finish(acc0, slots, residual_ptr, out_ptr, m0, rm0, rn0, 0, M, N, K, K_DEPTH, BLOCK_M,
-                             BLOCK_N, VECTOR, EPILOGUE_ROWS, ACTIVATION, HAS_RESIDUAL)
+                             BLOCK_N, VECTOR, EPILOGUE_ROWS, ACTIVATION, RESIDUAL)
                 if LEAD_TILES == 2:
                     _tile_finish(acc1, slots + (1 % SLOTS) * BLOCK_M * BLOCK_N, residual_ptr, out_ptr, m1, rm1,
                                  rn1, 0, M, N, K, K_DEPTH, BLOCK_M, BLOCK_N, VECTOR, EPILOGUE_ROWS, ACTIVATION,
-                                 HAS_RESIDUAL)
+                                 RESIDUAL)
                 start = lo + LEAD_TILES
         for k_lo in range(0, K, K_DEPTH):  # one K slice: only this slice of the panel is in L1
             for tile in range(start, hi):
@@ -187,7 +187,7 @@ def _gemm_tiles(a_ptr, b_ptr, bias_ptr, residual_ptr, out_ptr, ws_ptr, M, N, K, 
                                   DOT_PRECISION)
                 _tile_finish(acc, slots + ((tile - lo) % SLOTS) * BLOCK_M * BLOCK_N, residual_ptr, out_ptr, tile_m,
                              rm, rn, k_lo, M, N, K, K_DEPTH, BLOCK_M, BLOCK_N, VECTOR, EPILOGUE_ROWS, ACTIVATION,
-                             HAS_RESIDUAL)
+                             RESIDUAL)
 
 
 def launch(task, config, inputs, outputs, workspace_buffer):
@@ -208,6 +208,6 @@ def launch(task, config, inputs, outputs, workspace_buffer):
                              LEAD_TILES=lead_tiles,
                              LEAD_SLICE=config["BLOCK_K"] * lead_steps, VECTOR=slots > 0, SLOTS=max(slots, 1),
                              EPILOGUE_ROWS=config["EPILOGUE_ROWS"], ACTIVATION=task.attr("activation", "none"),
-                             HAS_BIAS=has_bias, HAS_RESIDUAL=has_residual,
+                             HAS_BIAS=has_bias, RESIDUAL=_residual_join(task),
                              EVEN_K=k % (config["BLOCK_K"] * config["L1_STEPS"]) == 0,
                              DOT_PRECISION="ieee" if task.dtype == "float32" else "tf32")

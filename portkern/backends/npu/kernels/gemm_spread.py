@@ -169,7 +169,7 @@ def flags(task, config):
 def _gemm_parts(a_ptr, b_ptr, bias_ptr, residual_ptr, out_ptr, ws_ptr, flags_ptr, M, N, K, stride_bk, stride_bn,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, K_SLICE: tl.constexpr, DEPTH: tl.constexpr,
                 PARTS: tl.constexpr, EPILOGUE_ROWS: tl.constexpr, ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr,
-                HAS_RESIDUAL: tl.constexpr, EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                RESIDUAL: tl.constexpr, EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr):
     pid = tl.program_id(0)
     tile = pid // PARTS
     part = pid % PARTS
@@ -195,7 +195,7 @@ def _gemm_parts(a_ptr, b_ptr, bias_ptr, residual_ptr, out_ptr, ws_ptr, flags_ptr
     arrived = tl.atomic_add(flags_ptr + tile, 1, sem="acq_rel")  # release: the partial is visible first
     if arrived == PARTS - 1:  # the last part: its vector cores finish the tile from every slot
         _vector_epilogue(ws_ptr + tile * PARTS * BLOCK_M * BLOCK_N, residual_ptr, out_ptr, tile_m * BLOCK_M, rn, M, N,
-                         BLOCK_M, BLOCK_N, EPILOGUE_ROWS, PARTS, ACTIVATION, HAS_RESIDUAL)
+                         BLOCK_M, BLOCK_N, EPILOGUE_ROWS, PARTS, ACTIVATION, RESIDUAL)
         tl.atomic_xchg(flags_ptr + tile, 0)  # as found, for the next launch
 
 
@@ -212,6 +212,6 @@ def launch(task, config, inputs, outputs, workspace_buffer, flag_buffer):
         a, b, bias, residual, outputs[0], workspace_buffer, flag_buffer, m, n, k, stride_bk, stride_bn,
         BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], K_SLICE=config["BLOCK_K"] * l1,
         DEPTH=per * config["BLOCK_K"], PARTS=config["K_PARTS"], EPILOGUE_ROWS=config["EPILOGUE_ROWS"],
-        ACTIVATION=task.attr("activation", "none"), HAS_BIAS=has_bias, HAS_RESIDUAL=has_residual,
+        ACTIVATION=task.attr("activation", "none"), HAS_BIAS=has_bias, RESIDUAL=_residual_join(task),
         EVEN_K=k % (config["BLOCK_K"] * l1) == 0 and per % l1 == 0,
         DOT_PRECISION="ieee" if task.dtype == "float32" else "tf32")

@@ -52,7 +52,7 @@ def _bmm_tiled(a_ptr, b_ptr, c_ptr, M, N, K, scale, stride_ab, stride_am, stride
     if SCALED:
         acc = acc * scale
     _epilogue_store(acc, c_ptr + batch * stride_cb, c_ptr, c_ptr, rows, cols, M, N, stride_cm, stride_cn,
-                    0, 0, "none", False, False)
+                    0, 0, "none", False, "none")
 
 
 def launch(task, config, inputs, outputs):

@@ -16,7 +16,9 @@ def _row_strides(t, what):
 class _GemmProblem:
     """A gemm task's operands as kernel arguments: batch dims flattened into M, trans_b as strides.
 
-    Absent bias/residual pass `a` as a placeholder pointer that HAS_BIAS/HAS_RESIDUAL keep unread.
+    Absent bias/residual pass `a` as a placeholder pointer that HAS_BIAS/RESIDUAL keep unread.
+    RESIDUAL says how the last operand joins the epilogue: "none", "add" (a residual) or "mul" (a
+    gate, as SwiGLU's silu(x @ W_gate) * up).
     """
 
     def __init__(self, task, inputs, outputs):
@@ -33,7 +35,7 @@ class _GemmProblem:
         self.residual = inputs[-1] if has_residual else a
         self.stride_r = _row_strides(self.residual, "residual") if has_residual else (0, 0)
         self.epilogue = {"ACTIVATION": task.attr("activation", "none"), "HAS_BIAS": has_bias,
-                         "HAS_RESIDUAL": has_residual}
+                         "RESIDUAL": task.attr("residual_op", "add") if has_residual else "none"}
 
 
 def _gemm_dims(task):
@@ -92,13 +94,24 @@ def _dot_tile(acc, a_ptr, b_ptr, rows, cols, M, N, k_lo, k_hi, stride_am, stride
 
 @triton.jit
 def _epilogue(acc, bias_ptr, res_ptr, rows, cols, M, N, stride_rm, stride_rn, ACTIVATION: tl.constexpr,
-              HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
-    """act(acc + bias) + residual (partition.py's gemm order), in fp32."""
+              HAS_BIAS: tl.constexpr, RESIDUAL: tl.constexpr):
+    """act(acc + bias) + residual, or * it where RESIDUAL is "mul" (partition.py's gemm order), in fp32."""
     acc = _bias_activation(acc, bias_ptr, cols, N, ACTIVATION, HAS_BIAS)
-    if HAS_RESIDUAL:
+    if RESIDUAL != "none":
         mask = (rows[:, None] < M) & (cols[None, :] < N)
-        acc += tl.load(res_ptr + rows[:, None].to(tl.int64) * stride_rm + cols[None, :] * stride_rn, mask=mask,
-                       other=0.0).to(tl.float32)
+        other = tl.load(res_ptr + rows[:, None].to(tl.int64) * stride_rm + cols[None, :] * stride_rn, mask=mask,
+                        other=0.0).to(tl.float32)
+        acc = _join(acc, other, RESIDUAL)
+    return acc
+
+
+@triton.jit
+def _join(acc, other, RESIDUAL: tl.constexpr):
+    """The epilogue's last operand joined to acc: added (a residual) or multiplied (a gate)."""
+    if RESIDUAL == "mul":
+        acc = acc * other
+    else:
+        acc = acc + other
     return acc
 
 
@@ -112,10 +125,10 @@ def _bias_activation(acc, bias_ptr, cols, N, ACTIVATION: tl.constexpr, HAS_BIAS:
 
 @triton.jit
 def _epilogue_store(acc, c_ptr, bias_ptr, res_ptr, rows, cols, M, N, stride_cm, stride_cn, stride_rm,
-                    stride_rn, ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+                    stride_rn, ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr, RESIDUAL: tl.constexpr):
     """out = the epilogue of acc, then one masked store."""
     acc = _epilogue(acc, bias_ptr, res_ptr, rows, cols, M, N, stride_rm, stride_rn, ACTIVATION, HAS_BIAS,
-                    HAS_RESIDUAL)
+                    RESIDUAL)
     mask = (rows[:, None] < M) & (cols[None, :] < N)
     tl.store(c_ptr + rows[:, None].to(tl.int64) * stride_cm + cols[None, :] * stride_cn,
              acc.to(c_ptr.dtype.element_ty), mask=mask)

@@ -16,7 +16,7 @@ def constraints(task, config, target):
 def _gemm_tiled(a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr, M, N, K, stride_am, stride_ak, stride_bk,
                 stride_bn, stride_cm, stride_cn, stride_rm, stride_rn, BLOCK_M: tl.constexpr,
                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+                ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr, RESIDUAL: tl.constexpr,
                 DOT_PRECISION: tl.constexpr):
     block_m, block_n = _swizzle(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -25,7 +25,7 @@ def _gemm_tiled(a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr, M, N, K, stride_am, stri
     acc = _dot_tile(acc, a_ptr, b_ptr, rows, cols, M, N, 0, K, stride_am, stride_ak, stride_bk, stride_bn,
                     BLOCK_K, DOT_PRECISION)
     _epilogue_store(acc, c_ptr, bias_ptr, res_ptr, rows, cols, M, N, stride_cm, stride_cn, stride_rm,
-                    stride_rn, ACTIVATION, HAS_BIAS, HAS_RESIDUAL)
+                    stride_rn, ACTIVATION, HAS_BIAS, RESIDUAL)
 
 
 def launch(task, config, inputs, outputs):

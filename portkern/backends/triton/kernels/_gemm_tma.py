@@ -92,20 +92,20 @@ def _gemm_tma(a_desc, b_desc, c_desc, a_half_desc, c_half_desc, c_ptr, bias_ptr,
               stride_cm, stride_cn, stride_rm, stride_rn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, B_TRANSPOSED: tl.constexpr, FLATTEN: tl.constexpr,
               TMA_STORE: tl.constexpr, HALF_TAIL: tl.constexpr, ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr,
-              HAS_RESIDUAL: tl.constexpr, DOT_PRECISION: tl.constexpr):
+              RESIDUAL: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """Rows [0, M_SPLIT) in BLOCK_M-high tiles; with HALF_TAIL the rest in BLOCK_M/2-high tiles
     (their own A and output descriptors), continuing the same round-robin deal."""
     programs = tl.num_programs(0)
     full_tiles = tl.cdiv(M_SPLIT, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     _tma_tiles(a_desc, b_desc, c_desc, c_ptr, bias_ptr, res_ptr, 0, M_SPLIT, M, N, K, tl.program_id(0), full_tiles,
                stride_cm, stride_cn, stride_rm, stride_rn, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, B_TRANSPOSED,
-               FLATTEN, TMA_STORE, ACTIVATION, HAS_BIAS, HAS_RESIDUAL, DOT_PRECISION)
+               FLATTEN, TMA_STORE, ACTIVATION, HAS_BIAS, RESIDUAL, DOT_PRECISION)
     if HALF_TAIL:
         half_tiles = tl.cdiv(M - M_SPLIT, BLOCK_M // 2) * tl.cdiv(N, BLOCK_N)
         first = (tl.program_id(0) + programs - full_tiles % programs) % programs
         _tma_tiles(a_half_desc, b_desc, c_half_desc, c_ptr, bias_ptr, res_ptr, M_SPLIT, M - M_SPLIT, M, N, K, first,
                    half_tiles, stride_cm, stride_cn, stride_rm, stride_rn, BLOCK_M // 2, BLOCK_N, BLOCK_K, GROUP_M,
-                   B_TRANSPOSED, FLATTEN, TMA_STORE, ACTIVATION, HAS_BIAS, HAS_RESIDUAL, DOT_PRECISION)
+                   B_TRANSPOSED, FLATTEN, TMA_STORE, ACTIVATION, HAS_BIAS, RESIDUAL, DOT_PRECISION)
 
 
 @triton.jit
@@ -113,7 +113,7 @@ def _tma_tiles(a_desc, b_desc, c_desc, c_ptr, bias_ptr, res_ptr, row_offset, row
                stride_cm, stride_cn, stride_rm, stride_rn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, B_TRANSPOSED: tl.constexpr, FLATTEN: tl.constexpr,
                TMA_STORE: tl.constexpr, ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr,
-               HAS_RESIDUAL: tl.constexpr, DOT_PRECISION: tl.constexpr):
+               RESIDUAL: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """This program's tiles (first_tile, then every num_programs-th) of rows [row_offset,
     row_offset + rows_here); M bounds the epilogue's masks."""
     for tile in tl.range(first_tile, tiles, tl.num_programs(0), flatten=FLATTEN):
@@ -132,11 +132,11 @@ def _tma_tiles(a_desc, b_desc, c_desc, c_ptr, bias_ptr, res_ptr, row_offset, row
         cols = first_col + tl.arange(0, BLOCK_N)
         if TMA_STORE:  # asynchronous, clipped at the edges by the descriptor: no masks
             acc = _epilogue(acc, bias_ptr, res_ptr, rows, cols, M, N, stride_rm, stride_rn, ACTIVATION, HAS_BIAS,
-                            HAS_RESIDUAL)
+                            RESIDUAL)
             c_desc.store([first_row, first_col], acc.to(c_ptr.dtype.element_ty))
         else:
             _epilogue_store(acc, c_ptr, bias_ptr, res_ptr, rows, cols, M, N, stride_cm, stride_cn, stride_rm,
-                            stride_rn, ACTIVATION, HAS_BIAS, HAS_RESIDUAL)
+                            stride_rn, ACTIVATION, HAS_BIAS, RESIDUAL)
 
 
 def _launch_tma(task, config, p, a, a_strides, b, b_strides, out):

@@ -27,14 +27,14 @@ def _store_partial(acc, ws_ptr, split, rows, cols, M, N):
 @triton.jit
 def _store_result(acc, c_ptr, ws_ptr, split, bias_ptr, res_ptr, rows, cols, M, N, stride_cm, stride_cn, stride_rm,
                   stride_rn, SPLIT: tl.constexpr, ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr,
-                  HAS_RESIDUAL: tl.constexpr):
+                  RESIDUAL: tl.constexpr):
     """A split program's fp32 partial to the workspace (the second pass finishes it), or an
     unsplit program's tile through the epilogue."""
     if SPLIT:
         _store_partial(acc, ws_ptr, split, rows, cols, M, N)
     else:
         _epilogue_store(acc, c_ptr, bias_ptr, res_ptr, rows, cols, M, N, stride_cm, stride_cn, stride_rm,
-                        stride_rn, ACTIVATION, HAS_BIAS, HAS_RESIDUAL)
+                        stride_rn, ACTIVATION, HAS_BIAS, RESIDUAL)
 
 
 @triton.jit
@@ -51,13 +51,13 @@ def _sum_partials(ws_ptr, rows, cols, M, N, SPLIT_K: tl.constexpr, BLOCK_R: tl.c
 @triton.jit
 def _splitk_reduce(ws_ptr, c_ptr, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm, stride_rn,
                    SPLIT_K: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
-                   ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+                   ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr, RESIDUAL: tl.constexpr):
     """Second pass: sum the partials in split order (deterministic, no atomics), then the epilogue."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     acc = _sum_partials(ws_ptr, rows, cols, M, N, SPLIT_K, BLOCK_R, BLOCK_C)
     _epilogue_store(acc, c_ptr, bias_ptr, res_ptr, rows, cols, M, N, stride_cm, stride_cn, stride_rm,
-                    stride_rn, ACTIVATION, HAS_BIAS, HAS_RESIDUAL)
+                    stride_rn, ACTIVATION, HAS_BIAS, RESIDUAL)
 
 
 def _launch_reduce(p, workspace, out, split_k, block_r, block_c, num_warps):

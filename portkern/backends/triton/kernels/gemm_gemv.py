@@ -61,7 +61,7 @@ def _gemv(a_ptr, b_ptr, c_ptr, ws_ptr, bias_ptr, res_ptr, M, N, K, k_chunk, stri
           stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn, M_PAD: tl.constexpr,
           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, USE_DOT: tl.constexpr,
           REDUCE_AT_END: tl.constexpr, ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr,
-          HAS_RESIDUAL: tl.constexpr):
+          RESIDUAL: tl.constexpr):
     split = tl.program_id(1)
     rows = tl.arange(0, M_PAD)
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -85,7 +85,7 @@ def _gemv(a_ptr, b_ptr, c_ptr, ws_ptr, bias_ptr, res_ptr, M, N, K, k_chunk, stri
     if REDUCE_AT_END:
         acc = tl.sum(lanes, axis=1)
     _store_result(acc, c_ptr, ws_ptr, split, bias_ptr, res_ptr, rows, cols, M, N, stride_cm, stride_cn, stride_rm,
-                  stride_rn, SPLIT, ACTIVATION, HAS_BIAS, HAS_RESIDUAL)
+                  stride_rn, SPLIT, ACTIVATION, HAS_BIAS, RESIDUAL)
 
 
 def launch(task, config, inputs, outputs):

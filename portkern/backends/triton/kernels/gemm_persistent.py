@@ -29,7 +29,7 @@ def constraints(task, config, target):
 def _gemm_persistent(a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr, M, N, K, stride_am, stride_ak, stride_bk,
                      stride_bn, stride_cm, stride_cn, stride_rm, stride_rn, BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                     ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+                     ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr, RESIDUAL: tl.constexpr):
     tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     for tile in range(tl.program_id(0), tiles, tl.num_programs(0)):
         block_m, block_n = _swizzle(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -39,7 +39,7 @@ def _gemm_persistent(a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr, M, N, K, stride_am,
         acc = _dot_tile(acc, a_ptr, b_ptr, rows, cols, M, N, 0, K, stride_am, stride_ak, stride_bk,
                         stride_bn, BLOCK_K, "ieee")
         _epilogue_store(acc, c_ptr, bias_ptr, res_ptr, rows, cols, M, N, stride_cm, stride_cn, stride_rm,
-                        stride_rn, ACTIVATION, HAS_BIAS, HAS_RESIDUAL)
+                        stride_rn, ACTIVATION, HAS_BIAS, RESIDUAL)
 
 
 def launch(task, config, inputs, outputs):

@@ -96,7 +96,7 @@ def _pingpong_loader(args, GROUP_M: gl.constexpr, B_TRANSPOSED: gl.constexpr):
 
 @gluon.jit
 def _pingpong_consumer(args, which: gl.constexpr, GROUP_M: gl.constexpr, B_TRANSPOSED: gl.constexpr,
-                       ACTIVATION: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
+                       ACTIVATION: gl.constexpr, HAS_BIAS: gl.constexpr, RESIDUAL: gl.constexpr,
                        RES_ALIGN: gl.constexpr):
     """One warpgroup: the program's tiles `which`, `which` + 2, ... Each waits for the turn, runs
     its K loop (one wgmma in flight while the next is issued), passes the turn once its last
@@ -141,13 +141,13 @@ def _pingpong_consumer(args, which: gl.constexpr, GROUP_M: gl.constexpr, B_TRANS
         rows = first_row + gl.arange(0, block_m, layout=gl.SliceLayout(1, acc_layout))
         cols = first_col + gl.arange(0, block_n, layout=gl.SliceLayout(0, acc_layout))
         acc = _bias_activation(acc, bias_ptr, cols, N, ACTIVATION, HAS_BIAS)
-        if HAS_RESIDUAL:  # gemm_tiled's residual add, its pointers' alignment restated (_byte_alignment)
+        if RESIDUAL != "none":  # gemm_tiled's residual join, its pointers' alignment restated (_byte_alignment)
             ptrs = gl.multiple_of(res_ptr + rows[:, None].to(gl.int64) * stride_rm + cols[None, :] * stride_rn,
                                   [RES_ALIGN, RES_ALIGN])
             if RES_ALIGN > 1:  # the residual's rows are contiguous
                 ptrs = gl.max_contiguous(ptrs, [1, block_n])
             in_range = (rows[:, None] < M) & (cols[None, :] < N)
-            acc += gl.load(ptrs, mask=in_range, other=0.0).to(gl.float32)
+            acc = _join(acc, gl.load(ptrs, mask=in_range, other=0.0).to(gl.float32), RESIDUAL)
         tma.store_wait(0)  # the previous tile's store has read the staging tile
         c_tile.store(acc.to(c_desc.dtype))
         fence_async_shared()
@@ -159,7 +159,7 @@ def _pingpong_consumer(args, which: gl.constexpr, GROUP_M: gl.constexpr, B_TRANS
 @gluon.jit
 def _gemm_pingpong(a_desc, b_desc, c_desc, bias_ptr, res_ptr, M, N, K, tiles, stride_rm, stride_rn,
                    GROUP_M: gl.constexpr, B_TRANSPOSED: gl.constexpr, STAGES: gl.constexpr,
-                   ACTIVATION: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
+                   ACTIVATION: gl.constexpr, HAS_BIAS: gl.constexpr, RESIDUAL: gl.constexpr,
                    RES_ALIGN: gl.constexpr):
     """Programs from program_id by num_programs over the tiles (GROUP_M row blocks at a time): two
     consumer warpgroups and a loader warp each (warp specialization)."""
@@ -179,9 +179,9 @@ def _gemm_pingpong(a_desc, b_desc, c_desc, bias_ptr, res_ptr, M, N, K, tiles, st
 
     args = ((a_desc, b_desc, c_desc), (full, empty, turns), (a_smem, b_smem, c_smem),
             (M, N, K, tiles, bias_ptr, res_ptr, stride_rm, stride_rn))
-    gl.warp_specialize([(_pingpong_consumer, (args, 0, GROUP_M, B_TRANSPOSED, ACTIVATION, HAS_BIAS, HAS_RESIDUAL,
+    gl.warp_specialize([(_pingpong_consumer, (args, 0, GROUP_M, B_TRANSPOSED, ACTIVATION, HAS_BIAS, RESIDUAL,
                                               RES_ALIGN)),
-                        (_pingpong_consumer, (args, 1, GROUP_M, B_TRANSPOSED, ACTIVATION, HAS_BIAS, HAS_RESIDUAL,
+                        (_pingpong_consumer, (args, 1, GROUP_M, B_TRANSPOSED, ACTIVATION, HAS_BIAS, RESIDUAL,
                                               RES_ALIGN)),
                         (_pingpong_loader, (args, GROUP_M, B_TRANSPOSED))], [4, 1],
                        [_CONSUMER_REGISTERS, _LOADER_REGISTERS])
@@ -198,7 +198,7 @@ def launch(task, config, inputs, outputs):
     tiles = triton.cdiv(p.M, block_m) * triton.cdiv(p.N, block_n)
     stride_rm, stride_rn = p.stride_r
     res_align = (_byte_alignment(p.residual.data_ptr(), stride_rm * p.residual.element_size())
-                 if p.epilogue["HAS_RESIDUAL"] and stride_rn == 1 else 1)
+                 if p.epilogue["RESIDUAL"] != "none" and stride_rn == 1 else 1)
     _gemm_pingpong[(min(tiles, _core_count(out, tiles)),)](
         a_desc, b_desc, c_desc, p.bias, p.residual, p.M, p.N, p.K, tiles, stride_rm, stride_rn,
         GROUP_M=config["GROUP_M"], B_TRANSPOSED=bool(task.attr("trans_b", False)), STAGES=config["STAGES"],

@@ -64,7 +64,7 @@ def scratch(task, config):
 def _gemm_stream(a_desc, b_desc, c_ptr, ws_ptr, bias_ptr, res_ptr, M, N, K, k_chunk, stride_cm, stride_cn,
                  stride_rm, stride_rn, M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  SPLIT: tl.constexpr, SWAP: tl.constexpr, B_TRANSPOSED: tl.constexpr,
-                 ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+                 ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr, RESIDUAL: tl.constexpr):
     first_col = tl.program_id(0) * BLOCK_N
     split = tl.program_id(1)
     k_lo = split * k_chunk
@@ -88,7 +88,7 @@ def _gemm_stream(a_desc, b_desc, c_ptr, ws_ptr, bias_ptr, res_ptr, M, N, K, k_ch
     rows = tl.arange(0, M_PAD)
     cols = first_col + tl.arange(0, BLOCK_N)
     _store_result(acc, c_ptr, ws_ptr, split, bias_ptr, res_ptr, rows, cols, M, N, stride_cm, stride_cn, stride_rm,
-                  stride_rn, SPLIT, ACTIVATION, HAS_BIAS, HAS_RESIDUAL)
+                  stride_rn, SPLIT, ACTIVATION, HAS_BIAS, RESIDUAL)
 
 
 def launch(task, config, inputs, outputs):

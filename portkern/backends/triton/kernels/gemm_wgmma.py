@@ -77,12 +77,12 @@ def _load_step(a_desc, tail_desc, b_desc, a_smem, tail_smem, b_smem, bars, step,
 
 @gluon.jit
 def _finish_tile(c_desc, acc, bias_ptr, res_ptr, first_row, first_col, M, N, stride_rm, stride_rn,
-                 ACTIVATION: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr):
+                 ACTIVATION: gl.constexpr, HAS_BIAS: gl.constexpr, RESIDUAL: gl.constexpr):
     """The epilogue on the accumulator's own layout, then registers -> shared -> global by TMA."""
     rows = first_row + gl.arange(0, acc.shape[0], layout=gl.SliceLayout(1, acc.type.layout))
     cols = first_col + gl.arange(0, acc.shape[1], layout=gl.SliceLayout(0, acc.type.layout))
     acc = _epilogue(acc, bias_ptr, res_ptr, rows, cols, M, N, stride_rm, stride_rn, ACTIVATION, HAS_BIAS,
-                    HAS_RESIDUAL)
+                    RESIDUAL)
     c_smem = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
     c_smem.store(acc.to(c_desc.dtype))
     fence_async_shared()
@@ -92,7 +92,7 @@ def _finish_tile(c_desc, acc, bias_ptr, res_ptr, first_row, first_col, M, N, str
 @gluon.jit
 def _gemm_wgmma(a_desc, tail_desc, b_desc, c_desc, c_tail_desc, bias_ptr, res_ptr, M, N, K, stride_rm, stride_rn,
                 TAIL: gl.constexpr, GROUP_M: gl.constexpr, B_TRANSPOSED: gl.constexpr, STAGES: gl.constexpr,
-                ACTIVATION: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr):
+                ACTIVATION: gl.constexpr, HAS_BIAS: gl.constexpr, RESIDUAL: gl.constexpr):
     """One (128 + TAIL) x BLOCK_N tile of C per program."""
     num_warps: gl.constexpr = gl.num_warps()
     dtype: gl.constexpr = a_desc.dtype
@@ -146,13 +146,13 @@ def _gemm_wgmma(a_desc, tail_desc, b_desc, c_desc, c_tail_desc, bias_ptr, res_pt
         mbarrier.invalidate(bars.index(i))
 
     _finish_tile(c_desc, acc, bias_ptr, res_ptr, first_row, first_col, M, N, stride_rm, stride_rn, ACTIVATION,
-                 HAS_BIAS, HAS_RESIDUAL)
+                 HAS_BIAS, RESIDUAL)
     if TAIL > 0:
         # the compiler gives both staging tiles the same shared address (it does not see the
         # asynchronous store still reading the first): wait until that store has read it
         tma.store_wait(0)
         _finish_tile(c_tail_desc, tail_acc, bias_ptr, res_ptr, first_row + head, first_col, M, N, stride_rm,
-                     stride_rn, ACTIVATION, HAS_BIAS, HAS_RESIDUAL)
+                     stride_rn, ACTIVATION, HAS_BIAS, RESIDUAL)
     tma.store_wait(0)
 
 
