@@ -42,7 +42,7 @@ if [ "$T" = h200 ]; then
   suite gemm-epilogue 8 30 60
   suite attention 12 35 90
   suite gemm 12 25 90
-else  # the H100 ran the suites and BERT's A/B on 2026-12-07, the LLaMA and ViT before GQA/rotary/zero masks
+else  # the H100 ran the suites and BERT's A/B on 2026-12-07, the LLaMA and ViT before GQA/rotary/zero masks/SwiGLU
   for model in llama vit-base; do
     timeout 190 python3 benchmarks/models/gpu_models.py --models $model --target h100 --time-budget 60 --rounds 2 \
       --compile-workers 8 --compile-modes default --out "$OUT/$model.json" > /tmp/model.log 2>&1
