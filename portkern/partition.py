@@ -41,7 +41,9 @@ Patterns (kinds and kernel signatures are in tasks.py):
   rotary      Add(Mul(x, cos), Mul(Concat(Neg(Slice(x, D/2:)), Slice(x, :D/2)), sin)) over the last
               axis (transformers' apply_rotary_pos_emb), with fuse_rotary (a backend with a rotary
               kernel); with fold_attention_transposes the head-split Transpose before it is folded
-              in (attrs["perm"]), so the heads are rotated in place and written where attention reads
+              in (attrs["perm"]), so the heads are rotated in place and written where attention reads.
+              A partial rotary (GPT-NeoX, Phi) rotates the Slice x[..., :R] of the heads and Concats
+              x[..., R:] back: both Slices and the Concat are in the task (attrs["rotary_dims"] = R)
   reduce      ReduceSum/Mean/Max/Min (outside norms)
   elementwise maximal trees of elementwise ops whose intermediates have one consumer
 
@@ -1178,12 +1180,36 @@ def _match_rotary(ctx: _Context, concat: Node) -> _Match | None:
         return None
     nodes = [first, second, neg, concat, rotated_mul, x_mul, add]
     attrs: dict[str, Any] = {}
-    split_heads = _head_split(ctx, x, [first, second, x_mul]) if ctx.fold_attention_transposes else None
+    readers, out = [first, second, x_mul], add.outputs[0]
+    partial = _partial_rotary(ctx, x, readers, out)
+    if partial is not None:
+        cut, passed, join = partial
+        nodes = [cut, *nodes, passed, join]
+        attrs["rotary_dims"] = shape[-1]
+        x, readers, out = cut.inputs[0], [cut, passed], join.outputs[0]
+    split_heads = _head_split(ctx, x, readers) if ctx.fold_attention_transposes else None
     if split_heads is not None:
         nodes.insert(0, split_heads)
         attrs["perm"] = _transpose_perm(ctx, split_heads)
         x = split_heads.inputs[0]
-    return _Match("rotary", nodes, [x, cos, sin], add.outputs[0], attrs, 4 * ctx.spec(x).numel)
+    return _Match("rotary", nodes, [x, cos, sin], out, attrs, 4 * ctx.spec(x).numel)
+
+
+def _partial_rotary(ctx: _Context, x: str, readers: Sequence[Node], rotated: str) -> tuple[Node, Node, Node] | None:
+    """(the Slice x = heads[..., :R], the Slice heads[..., R:], the Concat of the rotated x and the
+    latter) where only the first R columns of each head are rotated (GPT-NeoX, Phi); else None."""
+    cut = ctx.producer.get(x)
+    if cut is None or x in ctx.graph_outputs or _last_axis_range(ctx, cut) != (0, ctx.shape(x)[-1]) \
+            or {id(user) for user in ctx.users.get(x, [])} != {id(reader) for reader in readers}:
+        return None
+    heads = cut.inputs[0]
+    join = ctx.sole_user(rotated, "Concat")
+    passed = ctx.producer.get(join.inputs[1]) if join is not None and len(join.inputs) == 2 else None
+    if passed is None or join.inputs[0] != rotated or int(join.attrs.get("axis", 0)) % 4 != 3 \
+            or passed.inputs[0] != heads or ctx.sole_user(passed.outputs[0]) is not join \
+            or _last_axis_range(ctx, passed) != (ctx.shape(x)[-1], ctx.shape(heads)[-1]):
+        return None
+    return cut, passed, join
 
 
 def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:

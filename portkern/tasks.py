@@ -20,10 +20,12 @@ Kinds and their kernel signatures (inputs in this order; graph layouts, kernels 
              Grouped-query attention (a backend with shares_kv_heads): k and v have KVH heads,
              H a multiple of KVH, and query head h reads key/value head h // (H / KVH)
   softmax    x (...,N) -> (...,N), over the last axis
-  rotary     x (B,H,S,D), cos, sin (broadcastable to it) -> (B,H,S,D)
-             out = x * cos + rotate_half(x) * sin, rotate_half(x) = concat(-x[..., D/2:], x[..., :D/2])
-             (the rotary embedding of LLaMA-style attention); attrs: [perm]: x is
-             buffer.permute(perm), the head split folded in as for attention
+  rotary     x (B,H,S,D), cos, sin (broadcastable to (B,H,S,R)) -> (B,H,S,D)
+             out = x * cos + rotate_half(x) * sin, rotate_half(x) = concat(-x[..., R/2:], x[..., :R/2])
+             on the first R columns, the rest of x passed through (the rotary embedding of
+             LLaMA-style attention; R < D is GPT-NeoX's and Phi's partial rotary); attrs:
+             [rotary_dims R, absent: D], [perm]: x is buffer.permute(perm), the head split folded
+             in as for attention
   layernorm  x (...,N), gamma (N,), beta (N,) -> (...,N)       attrs: eps
   rmsnorm    x (...,N), gamma (N,) -> (...,N)                  attrs: eps
   elementwise  in0..inK (broadcastable) -> out                 attrs: expr (see partition.py)

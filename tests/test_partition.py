@@ -715,12 +715,14 @@ def test_grouped_query_attention_reads_the_key_value_heads_before_their_repeat(s
 
 
 @pytest.mark.parametrize("fuse", [True, False])
-def test_rotary_embedding_is_one_task_where_the_backend_fuses_it(fuse: bool) -> None:
+@pytest.mark.parametrize("rotary_dims", [None, 4], ids=["whole_heads", "partial"])
+def test_rotary_embedding_is_one_task_where_the_backend_fuses_it(fuse: bool, rotary_dims: int | None) -> None:
     """transformers' apply_rotary_pos_emb after the head split (Transpose, two Slices of the last
     axis, Neg, Concat, two Muls, Add): with a rotary kernel and folded transposes one rotary task
     reading the (B, S, H, D) projection buffer through its perm; without one, as before, the Slices,
-    Neg and Concat stay glue and elementwise tasks."""
-    graph = synthetic.rotary_graph(2, 3, 5, 8, "float32", packed_heads=True)
+    Neg and Concat stay glue and elementwise tasks. A partial rotary (GPT-NeoX: the first R columns
+    sliced, rotated and concatenated with the rest) is the same one task, its Slices and Concat in it."""
+    graph = synthetic.rotary_graph(2, 3, 5, 8, "float32", packed_heads=True, rotary_dims=rotary_dims)
     tasks = partition(graph, fold_attention_transposes=True, fuse_rotary=fuse)
     if not fuse:
         assert "rotary" not in [task.kind for task in tasks]
@@ -728,11 +730,14 @@ def test_rotary_embedding_is_one_task_where_the_backend_fuses_it(fuse: bool) -> 
     assert [task.kind for task in tasks] == ["rotary"]
     task = tasks[0]
     assert task.input_names == ("x", "cos", "sin") and task.attr("perm") == (0, 2, 1, 3)
+    assert task.attr("rotary_dims") == rotary_dims and task.outputs[0].shape == (2, 3, 5, 8)
     rng = np.random.default_rng(0)
     x, cos, sin = (rng.standard_normal(spec.shape) for spec in task.inputs)
     heads = x.transpose(0, 2, 1, 3)
-    half = heads.shape[-1] // 2
-    want = heads * cos + np.concatenate([-heads[..., half:], heads[..., :half]], axis=-1) * sin
+    rotated = rotary_dims or heads.shape[-1]
+    part, half = heads[..., :rotated], rotated // 2
+    turned = part * cos + np.concatenate([-part[..., half:], part[..., :half]], axis=-1) * sin
+    want = np.concatenate([turned, heads[..., rotated:]], axis=-1)
     np.testing.assert_allclose(task.reference([x, cos, sin])[0], want, rtol=1e-12)
 
 

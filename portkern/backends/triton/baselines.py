@@ -253,14 +253,18 @@ def _elementwise(task: Task) -> Compute:
 
 
 def _rotary(task: Task) -> Compute:
-    """transformers' apply_rotary_pos_emb in torch ops, on the (B, H, S, D) view of x."""
+    """transformers' apply_rotary_pos_emb in torch ops, on the (B, H, S, D) view of x (a partial
+    rotary on its first rotary_dims columns, the rest concatenated back as transformers does)."""
     perm = task.attr("perm")
+    rotated = task.attr("rotary_dims")
 
     def compute(inputs: Sequence[torch.Tensor]) -> torch.Tensor:
-        x, cos, sin = inputs
-        x = x.permute(*perm) if perm else x
+        heads, cos, sin = inputs
+        heads = heads.permute(*perm) if perm else heads
+        x = heads[..., :rotated] if rotated else heads
         first, second = x.chunk(2, dim=-1)
-        return x * cos + torch.cat((-second, first), dim=-1) * sin
+        out = x * cos + torch.cat((-second, first), dim=-1) * sin
+        return torch.cat((out, heads[..., rotated:]), dim=-1) if rotated else out
     return compute
 
 

@@ -5,7 +5,9 @@ column (the other half) with the first half negated, so x is read from memory on
 load hits the same lines) and the result written once. x is read through strides: with the
 head-split Transpose folded in (attrs perm) the heads are rotated in place in the projection's
 (B, S, H, D) buffer and written (B, H, S, D), where attention reads them. cos and sin broadcast
-through zero strides. The arithmetic is fp32, rounded once at the store.
+through zero strides. A partial rotary (attrs rotary_dims R < D: GPT-NeoX, Phi) rotates the first
+R columns and copies the rest, in the same pass. The arithmetic is fp32, rounded once at the store
+(a copied column is x * 1 + 0 * 0: exactly x).
 """
 import triton
 import triton.language as tl
@@ -25,10 +27,15 @@ def _view(task, buffer):
     return buffer.permute(*perm) if perm else buffer
 
 
+def _rotary_dims(task):
+    """R: the columns of each head that are rotated (the first R; all D unless partial)."""
+    return task.attr("rotary_dims", task.outputs[0].shape[-1])
+
+
 def constraints(task, config, target):
     dim = task.outputs[0].shape[-1]
-    if dim % 2:
-        return f"rotate_half needs an even last axis, not {dim}"
+    if _rotary_dims(task) % 2:
+        return f"rotate_half needs an even number of rotated columns, not {_rotary_dims(task)}"
     threads = config["num_warps"] * target.profile.warp_size
     if config["BLOCK_ROWS"] * triton.next_power_of_2(dim) > MAX_ELEMENTS_PER_THREAD * threads:
         return f"{config['BLOCK_ROWS']} rows of {dim} over {threads} threads would spill"
@@ -36,20 +43,21 @@ def constraints(task, config, target):
 
 
 @triton.jit
-def _rotary_rows(x_ptr, cos_ptr, sin_ptr, out_ptr, ROWS, H, S, D, sx_b, sx_h, sx_s, sx_d, sc_b, sc_h, sc_s, sc_d,
-                 ss_b, ss_h, ss_s, ss_d, BLOCK_ROWS: tl.constexpr, BLOCK_D: tl.constexpr):
+def _rotary_rows(x_ptr, cos_ptr, sin_ptr, out_ptr, ROWS, H, S, D, R, sx_b, sx_h, sx_s, sx_d, sc_b, sc_h, sc_s,
+                 sc_d, ss_b, ss_h, ss_s, ss_d, BLOCK_ROWS: tl.constexpr, BLOCK_D: tl.constexpr):
     rows = tl.program_id(0).to(tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     b, h, s = rows // (H * S), rows // S % H, rows % S
     cols = tl.arange(0, BLOCK_D)
-    half = D // 2
+    half = R // 2
     partner = tl.where(cols < half, cols + half, cols - half)
     inside = (rows < ROWS)[:, None] & (cols < D)[None, :]
+    turned = inside & (cols < R)[None, :]  # the rotated columns; the rest keep cos 1, sin 0
     x_row = (b * sx_b + h * sx_h + s * sx_s)[:, None]
     x = tl.load(x_ptr + x_row + cols[None, :] * sx_d, mask=inside, other=0.0).to(tl.float32)
-    other = tl.load(x_ptr + x_row + partner[None, :] * sx_d, mask=inside, other=0.0).to(tl.float32)
-    cos = tl.load(cos_ptr + (b * sc_b + h * sc_h + s * sc_s)[:, None] + cols[None, :] * sc_d, mask=inside,
-                  other=0.0).to(tl.float32)
-    sin = tl.load(sin_ptr + (b * ss_b + h * ss_h + s * ss_s)[:, None] + cols[None, :] * ss_d, mask=inside,
+    other = tl.load(x_ptr + x_row + partner[None, :] * sx_d, mask=turned, other=0.0).to(tl.float32)
+    cos = tl.load(cos_ptr + (b * sc_b + h * sc_h + s * sc_s)[:, None] + cols[None, :] * sc_d, mask=turned,
+                  other=1.0).to(tl.float32)
+    sin = tl.load(sin_ptr + (b * ss_b + h * ss_h + s * ss_s)[:, None] + cols[None, :] * ss_d, mask=turned,
                   other=0.0).to(tl.float32)
     rotated = tl.where((cols < half)[None, :], -other, other)
     out = x * cos + rotated * sin
@@ -60,8 +68,9 @@ def launch(task, config, inputs, outputs):
     x, cos, sin = _view(task, inputs[0]), inputs[1], inputs[2]
     batch, heads, seq, dim = x.shape
     rows = batch * heads * seq
-    shape4 = (batch, heads, seq, dim)
+    rotated = _rotary_dims(task)
+    angles = (batch, heads, seq, rotated)
     _rotary_rows[(triton.cdiv(rows, config["BLOCK_ROWS"]),)](
-        x, cos, sin, outputs[0], rows, heads, seq, dim, *x.stride(), *_strides4(cos, shape4),
-        *_strides4(sin, shape4), BLOCK_ROWS=config["BLOCK_ROWS"], BLOCK_D=triton.next_power_of_2(dim),
+        x, cos, sin, outputs[0], rows, heads, seq, dim, rotated, *x.stride(), *_strides4(cos, angles),
+        *_strides4(sin, angles), BLOCK_ROWS=config["BLOCK_ROWS"], BLOCK_D=triton.next_power_of_2(dim),
         num_warps=config["num_warps"])
