@@ -8,7 +8,9 @@
   llama      transformers LlamaModel (no LM head) at TinyLlama-1.1B's width: 2048 wide, MLP 5632, 32
              query heads sharing 4 key/value heads, vocab 32000, default rotary embeddings, but 4 of its
              22 layers (a 0.5 GB fp16 ONNX file); batch 4 x seq 512 (causal mask built in the graph)
-gpt2, vit-base and llama are built by one builder from their transformers config and model classes
+  pythia     transformers GPTNeoXModel at Pythia-160M: 12 layers, 768 wide, 12 heads, MLP 3072, rotary
+             on a quarter of each head (partial rotary), parallel attention and MLP; batch 8 x seq 512
+gpt2, vit-base, llama and pythia are built by one builder from their transformers config and model classes
 (eager attention, no key/value cache), take their one input (input_ids or pixel_values) and return
 last_hidden_state: shapes nobody tuned portkern for. portkern tunes each model within a time budget,
 then `portkern.Session(model, pack)` (values on the device, CUDA graph replay) is timed side by side
@@ -133,8 +135,21 @@ LLAMA_SMOKE = TransformersSpec("LlamaConfig", "LlamaModel", dict(num_hidden_laye
                                                                  num_key_value_heads=2, vocab_size=128,
                                                                  max_position_embeddings=64), "input_ids", (16,),
                                batch=2)
+# Pythia-160M (GPT-NeoX: rotary on a quarter of each 64-wide head, parallel attention and MLP, fused
+# q/k/v projection split per head)
+PYTHIA_160M = TransformersSpec("GPTNeoXConfig", "GPTNeoXModel", dict(num_hidden_layers=12, hidden_size=768,
+                                                                     num_attention_heads=12, intermediate_size=3072,
+                                                                     rotary_pct=0.25, vocab_size=50304,
+                                                                     max_position_embeddings=2048),
+                               "input_ids", (512,), batch=8)
+PYTHIA_SMOKE = TransformersSpec("GPTNeoXConfig", "GPTNeoXModel", dict(num_hidden_layers=1, hidden_size=64,
+                                                                      num_attention_heads=2, intermediate_size=128,
+                                                                      rotary_pct=0.25, vocab_size=128,
+                                                                      max_position_embeddings=64),
+                                "input_ids", (16,), batch=2)
 TRANSFORMERS_MODELS = {"gpt2": (GPT2_SMALL, GPT2_SMOKE), "vit-base": (VIT_B16, VIT_SMOKE),
-                       "llama": (LLAMA_4L, LLAMA_SMOKE)}  # name: (full size, --smoke stand-in)
+                       "llama": (LLAMA_4L, LLAMA_SMOKE), "pythia": (PYTHIA_160M, PYTHIA_SMOKE)}
+# name: (full size, --smoke stand-in)
 
 
 @dataclass
