@@ -1331,15 +1331,19 @@ def partition(graph: Graph, fold_attention_transposes: bool = False, share_kv_he
 
 
 def backend_tasks(graph: Graph, backend: Backend) -> tuple[Graph, list[Task]]:
-    """The graph as the backend runs it (1-D convs as 2-D ones; a projection split along its last
-    axis as one projection per part, rewrites.py; channels-last where its conv_layout is NHWC) and
-    its tasks: the one way the tuner, the runtime and the CLI see a model, so a pack's keys name the
-    tasks a later run makes."""
-    graph = split_projections(conv1d_as_2d(graph))
+    """The graph as the backend runs it (1-D convs as 2-D ones; channels-last where its conv_layout
+    is NHWC; a projection whose columns are cut into parts that would be glue copies as one
+    projection per part, rewrites.py) and its tasks: the one way the tuner, the runtime and the CLI
+    see a model, so a pack's keys name the tasks a later run makes. A cut some task computes (the
+    Slices a partial rotary task reads in place) is left to that task."""
+    graph = conv1d_as_2d(graph)
     if backend.conv_layout == "NHWC":
         graph = channels_last(graph)
-    return graph, partition(graph, backend.folds_attention_transposes, backend.shares_kv_heads,
-                            fuse_rotary=backend.fuses_rotary)
+    options = dict(fold_attention_transposes=backend.folds_attention_transposes,
+                   share_kv_heads=backend.shares_kv_heads, fuse_rotary=backend.fuses_rotary)
+    tasks = partition(graph, **options)
+    split = split_projections(graph, in_tasks={id(node) for task in tasks for node in task.nodes})
+    return (graph, tasks) if split is graph else (split, partition(split, **options))
 
 
 def summarize(tasks: Sequence[Task]) -> list[tuple[Task, int]]:

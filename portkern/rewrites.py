@@ -1,65 +1,66 @@
 """Graph rewrites that make a model's tasks cheaper to run, the same arithmetic.
 
-split_projections: a projection (MatMul or Gemm by a constant weight, a constant bias, a Reshape
-that keeps the last axis) whose output is Split along its last axis becomes one projection per
-part. GPT-2 computes q, k and v as one 768 x 2304 GEMM and splits the result: on a device every
-split part is a strided view that the glue copies to a dense buffer before attention reads it (36
-copies a run, 293 us of GPT-2 small's 2.1 ms on an H100). One GEMM per part writes each part dense
-where attention reads it: three 768-wide GEMMs (12.2 us each, one wave of 192 x 128 tiles at
-M = 4096) against one 2304-wide GEMM and three copies (29.8 + 3 x 8.1 us); the model's device time
-fell from 2123 to 1916 us a run (results/h100-gpu-models-gpt2-2026-12-07-split-projections.json).
+split_projections: a projection (MatMul or Gemm by a constant weight, a constant bias) whose
+output is cut into parts becomes one projection per part. GPT-2 computes q, k and v as one
+768 x 2304 GEMM and Splits the result along its last axis: on a device every part is a strided view
+that the glue copies to a dense buffer before attention reads it (36 copies a run, 293 us of GPT-2
+small's 2.1 ms on an H100). One GEMM per part writes each part dense where attention reads it:
+three 768-wide GEMMs (12.2 us each, one wave of 192 x 128 tiles at M = 4096) against one 2304-wide
+GEMM and three copies (29.8 + 3 x 8.1 us); the model's device time fell from 2123 to 1916 us a run
+(results/h100-gpu-models-gpt2-2026-12-07-split-projections.json).
+
+The cut may come after a Reshape that lays the projection's columns out as a grid (heads x ...)
+and a Transpose of it: GPT-NeoX views its fused q/k/v as (B, S, H, 3D), moves the heads before the
+positions and Slices q, k and v off the last axis; BLOOM views it as (B, S, H, 3, D) and Gathers
+index 0, 1 and 2. A part is then the grid's columns whose index along the cut axis is in the part's
+range (every head's q columns): its weight and bias are those columns, gathered once here, and its
+product goes through the same view and Transpose, so attention reads it as before (with the
+Transpose folded in).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Callable, Collection
 
 import numpy as np
 
+from .executor import slice_arguments
 from .ir import Graph, Node, TensorSpec
 from .layout import used_names
 
 MIN_PART = 128  # narrower parts make GEMMs whose tiles idle more than the copies they save
 
 
+@dataclass(frozen=True)
+class _Part:
+    """One cut of the projection: the value it replaces and its [lo, hi) along the grid's cut axis;
+    a Gather's part drops that axis (squeezed)."""
+
+    output: str
+    lo: int
+    hi: int
+    squeezed: bool
+
+
 @dataclass
 class _Projection:
-    """The chain a Split reads: rows view -> MatMul | Gemm -> [Add bias] -> [Reshape] -> Split."""
+    """rows view -> MatMul | Gemm -> [Add bias] -> [Reshape to a column grid] -> [Transpose] -> cuts."""
 
     merge: Node | None  # a Reshape feeding the product its rows (GPT-2's Conv1D), read by nothing else
     product: Node
     bias_add: Node | None
     view: Node | None
-    split: Node
+    transpose: Node | None
+    cuts: list[Node]  # one Split, or the Slices / Gathers that read the value, all on one axis
+    grid: tuple[int, ...]  # the product's columns as the view lays them out; (N,) without one
+    axis: int  # the grid axis the cuts divide
+    parts: list[_Part]
 
 
 def _sole_consumer(graph: Graph, consumers: dict[str, list[Node]], value: str) -> Node | None:
     users = consumers.get(value, [])
     return users[0] if len(users) == 1 and value not in graph.outputs else None
-
-
-def _projection(graph: Graph, consumers: dict[str, list[Node]], producer: dict[str, Node],
-                split: Node) -> _Projection | None:
-    """The projection chain a last-axis Split reads, or None."""
-    x = split.inputs[0]
-    shape = graph.values[x].shape
-    if split.domain not in ("", "ai.onnx") or int(split.attrs.get("axis", 0)) % len(shape) != len(shape) - 1 \
-            or not all(split.outputs) or any(graph.values[out].shape[-1] < MIN_PART for out in split.outputs):
-        return None
-    node, view, bias_add = producer.get(x), None, None
-    if node is not None and node.op_type == "Reshape" and _sole_consumer(graph, consumers, node.outputs[0]) \
-            and graph.values[node.inputs[0]].shape[-1] == shape[-1]:
-        view, node = node, producer.get(node.inputs[0])
-    if node is not None and node.op_type == "Add" and _sole_consumer(graph, consumers, node.outputs[0]):
-        bias = [name for name in node.inputs if name in graph.constants and graph.values[name].shape == (shape[-1],)]
-        if len(bias) == 1:
-            bias_add, node = node, producer.get(next(name for name in node.inputs if name != bias[0]))
-    if node is None or not _sole_consumer(graph, consumers, node.outputs[0]) or not _is_projection(graph, node):
-        return None
-    merge = producer.get(node.inputs[0])
-    if merge is None or merge.op_type != "Reshape" or _sole_consumer(graph, consumers, merge.outputs[0]) is None:
-        merge = None
-    return _Projection(merge, node, bias_add, view, split)
 
 
 def _is_projection(graph: Graph, node: Node) -> bool:
@@ -76,19 +77,120 @@ def _is_projection(graph: Graph, node: Node) -> bool:
         and (not bias or (bias in graph.constants and len(graph.values[bias].shape) == 1))
 
 
-def split_projections(graph: Graph) -> Graph:
-    """Every projection whose output a last-axis Split divides (see the module docstring) as one
-    projection per part, each writing its part under the Split output's name; the weight and bias
-    are sliced once here, and a rows view (Reshape) before the projection is repeated for each part,
-    so each part is a GEMM task on its own (partition's row views). The graph itself where there is
+def _column_grid(rows: tuple[int, ...], viewed: tuple[int, ...], columns: int) -> tuple[int, ...] | None:
+    """The trailing axes of a Reshape's output that hold the product's columns (their sizes
+    multiply to `columns` and the leading ones to the rows), or None where the view mixes the two."""
+    for count in range(1, len(viewed) + 1):
+        if math.prod(viewed[-count:]) == columns:
+            return viewed[-count:] if math.prod(viewed[:-count]) == math.prod(rows) else None
+    return None
+
+
+def _cut(graph: Graph, node: Node, rank: int) -> tuple[int, list[_Part]] | None:
+    """(axis, parts) of a Split, a unit-step Slice of one axis or a Gather of one scalar index."""
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    if node.op_type == "Split":
+        if not all(node.outputs):
+            return None
+        axis = int(node.attrs.get("axis", 0)) % rank
+        parts, lo = [], 0
+        for out in node.outputs:
+            hi = lo + graph.values[out].shape[axis]
+            parts.append(_Part(out, lo, hi, False))
+            lo = hi
+        return axis, parts
+    bounds = [graph.constants.get(name) if name else None for name in node.inputs[1:]]
+    if any(name and name not in graph.constants for name in node.inputs[1:]):
+        return None
+    size = graph.values[node.inputs[0]].shape
+    if node.op_type == "Slice":
+        cuts = slice_arguments(node, [None, *bounds])
+        if len(cuts) != 1 or cuts[0][3] != 1:
+            return None
+        start, end, axis, _ = cuts[0]
+        lo, hi, _ = slice(start, end).indices(size[axis % rank])  # ONNX's bounds resolve as Python's
+        return (axis % rank, [_Part(node.outputs[0], lo, hi, False)]) if hi > lo else None
+    if node.op_type == "Gather" and bounds and bounds[0] is not None and np.ndim(bounds[0]) == 0:
+        axis = int(node.attrs.get("axis", 0)) % rank
+        index = int(bounds[0]) % size[axis]
+        return axis, [_Part(node.outputs[0], index, index + 1, True)]
+    return None
+
+
+def _rejoined(graph: Graph, consumers: dict[str, list[Node]], value: str) -> bool:
+    """A part a Concat reads as it is (Phi's unrotated columns, joined back after the rotary
+    embedding): the Concat copies it anyway, so a GEMM of its own saves nothing."""
+    reader = _sole_consumer(graph, consumers, value)
+    return reader is not None and reader.op_type == "Concat" \
+        and graph.values[reader.outputs[0]].shape != graph.values[value].shape  # not a Concat with nothing
+
+
+def _projection(graph: Graph, consumers: dict[str, list[Node]], producer: dict[str, Node],
+                node: Node) -> _Projection | None:
+    """The chain from a projection to the cuts of its columns (module docstring), or None."""
+    if not _is_projection(graph, node):
+        return None
+    value = node.outputs[0]
+    rows, columns = graph.values[value].shape[:-1], graph.values[value].shape[-1]
+    bias_add = _sole_consumer(graph, consumers, value)
+    if bias_add is not None and bias_add.op_type == "Add" and sum(
+            name in graph.constants and graph.values[name].shape == (columns,) for name in bias_add.inputs) == 1 \
+            and graph.values[bias_add.outputs[0]].shape == graph.values[value].shape:
+        value = bias_add.outputs[0]
+    else:
+        bias_add = None
+    grid: tuple[int, ...] | None = (columns,)
+    view = _sole_consumer(graph, consumers, value)
+    if view is not None and view.op_type == "Reshape":
+        grid = _column_grid(rows, graph.values[view.outputs[0]].shape, columns)
+        value = view.outputs[0]
+    else:
+        view = None
+    transpose = _sole_consumer(graph, consumers, value)
+    if transpose is not None and transpose.op_type == "Transpose":
+        value = transpose.outputs[0]
+    else:
+        transpose = None
+    readers = consumers.get(value, [])
+    if grid is None or not readers or value in graph.outputs:
+        return None
+    rank = len(graph.values[value].shape)
+    cuts = [_cut(graph, reader, rank) for reader in readers]
+    if any(cut is None for cut in cuts) or len({cut[0] for cut in cuts if cut}) != 1 \
+            or (len(readers) > 1 and any(reader.op_type == "Split" for reader in readers)):
+        return None
+    value_axis = cuts[0][0] if cuts[0] else 0
+    view_axis = list(transpose.attrs["perm"])[value_axis] if transpose is not None else value_axis
+    axis = view_axis - (rank - len(grid))
+    parts = [part for cut in cuts if cut for part in cut[1]]
+    per_index = columns // grid[axis] if axis >= 0 else 0
+    if axis < 0 or any((part.hi - part.lo) * per_index < MIN_PART or (part.squeezed and view is None)
+                       or _rejoined(graph, consumers, part.output) for part in parts):
+        return None
+    merge = producer.get(node.inputs[0])
+    if merge is None or merge.op_type != "Reshape" or _sole_consumer(graph, consumers, merge.outputs[0]) is None:
+        merge = None
+    return _Projection(merge, node, bias_add, view, transpose, readers, grid, axis, parts)
+
+
+def split_projections(graph: Graph, in_tasks: Collection[int] = ()) -> Graph:
+    """Every projection whose columns are cut into parts (see the module docstring) as one
+    projection per part, each writing its part under the cut's output name; weights and biases are
+    gathered once here, and a rows view (Reshape) before the projection is repeated for each part,
+    so each part is a GEMM task on its own (partition's row views). Cuts among `in_tasks` (node
+    ids: a task reads them in place, no copy to save) are left. The graph itself where there is
     none."""
     consumers, producer = graph.consumers(), graph.producer()
-    chains = {id(split): chain for split in graph.nodes if split.op_type == "Split"
-              if (chain := _projection(graph, consumers, producer, split)) is not None}
+    chains = [chain for node in graph.nodes if (chain := _projection(graph, consumers, producer, node)) is not None
+              and not any(id(cut) in in_tasks for cut in chain.cuts)]
     if not chains:
         return graph
-    replaced = {id(node) for chain in chains.values()
-                for node in (chain.merge, chain.product, chain.bias_add, chain.view) if node is not None}
+    position = {id(node): index for index, node in enumerate(graph.nodes)}
+    at_first_cut = {id(min(chain.cuts, key=lambda cut: position[id(cut)])): chain for chain in chains}
+    replaced = {id(node) for chain in chains
+                for node in (chain.merge, chain.product, chain.bias_add, chain.view, chain.transpose, *chain.cuts)
+                if node is not None}
     values, constants = dict(graph.values), dict(graph.constants)
     nodes: list[Node] = []
 
@@ -99,59 +201,68 @@ def split_projections(graph: Graph) -> Graph:
         return name
 
     for node in graph.nodes:
-        if id(node) in replaced:
-            continue
-        chain = chains.get(id(node))
-        if chain is None:
+        chain = at_first_cut.get(id(node))
+        if chain is not None:
+            nodes += [made for index, part in enumerate(chain.parts)
+                      for made in _part_nodes(graph, chain, part, f"::part{index}", declare)]
+        elif id(node) not in replaced:
             nodes.append(node)
-            continue
-        nodes += _parts(graph, chain, declare)
     used = used_names(nodes, graph.inputs, graph.outputs)
     return replace(graph, nodes=nodes, values={k: v for k, v in values.items() if k in used},
                    constants={k: v for k, v in constants.items() if k in used})
 
 
-def _parts(graph: Graph, chain: _Projection, declare: Callable[..., str]) -> list[Node]:
-    """The nodes computing each part of the Split of `chain`, under the Split outputs' names."""
-    product, split = chain.product, chain.split
+def _part_nodes(graph: Graph, chain: _Projection, part: _Part, tag: str, declare: Callable[..., str]) -> list[Node]:
+    """The nodes computing one part of `chain`, the last writing the cut's output name."""
+    product = chain.product
+    columns = np.take(np.arange(math.prod(chain.grid)).reshape(chain.grid), np.arange(part.lo, part.hi),
+                      axis=chain.axis).reshape(-1)
     columns_first = product.op_type == "Gemm" and bool(product.attrs.get("transB", 0))  # b is (N, K)
     gemm_bias = product.inputs[2] if len(product.inputs) > 2 and product.inputs[2] else None
     add_bias = next((name for name in chain.bias_add.inputs if name in graph.constants), None) \
         if chain.bias_add is not None else None
+    out_spec = graph.values[part.output]
     nodes: list[Node] = []
-    lo = 0
-    for index, out in enumerate(split.outputs):
-        hi = lo + graph.values[out].shape[-1]
-        tag = f"::part{index}"
 
-        def sliced(name: str, axis: int) -> str:
-            """The constant's columns [lo, hi) along `axis`, under a name of this projection's part
-            (a weight two projections share, split differently, gets one constant for each)."""
-            part = np.take(graph.constants[name], np.arange(lo, hi), axis=axis)
-            return declare(f"{name}::{product.name}{tag}", TensorSpec(part.shape, graph.values[name].dtype), part)
+    def gathered(name: str, axis: int) -> str:
+        """The constant's part columns along `axis`, under a name of this projection's part (a
+        weight two projections share, cut differently, gets one constant for each)."""
+        taken = np.take(graph.constants[name], columns, axis=axis)
+        return declare(f"{name}::{product.name}{tag}", TensorSpec(taken.shape, graph.values[name].dtype), taken)
 
-        def made(node: Node, inputs: list[str], last: bool) -> str:
-            """The node for this part; its output the Split's when it is the last of the chain."""
-            spec = graph.values[node.outputs[0]]
-            output = out if last else declare(node.outputs[0] + tag,
-                                              TensorSpec((*spec.shape[:-1], hi - lo), spec.dtype))
-            nodes.append(replace(node, name=node.name + tag, inputs=inputs, outputs=[output]))
-            return output
+    def made(node: Node, inputs: list[str], shape: tuple[int, ...], last: bool) -> str:
+        output = part.output if last else declare(node.outputs[0] + tag, TensorSpec(shape, out_spec.dtype))
+        nodes.append(replace(node, name=node.name + tag, inputs=inputs, outputs=[output]))
+        return output
 
-        rows = product.inputs[0]
-        if chain.merge is not None:  # each part's GEMM reads its own rows view
-            rows = declare(rows + tag, graph.values[rows])
-            nodes.append(replace(chain.merge, name=chain.merge.name + tag, outputs=[rows]))
-        inputs = [rows, sliced(product.inputs[1], 0 if columns_first else 1)]
-        if gemm_bias is not None:
-            inputs.append(sliced(gemm_bias, 0))
-        value = made(product, inputs, chain.bias_add is None and chain.view is None)
-        if chain.bias_add is not None:
-            value = made(chain.bias_add, [sliced(name, 0) if name == add_bias else value
-                                          for name in chain.bias_add.inputs], chain.view is None)
-        if chain.view is not None:
-            shape = np.array(graph.values[out].shape, np.int64)
-            target = declare(f"{chain.view.inputs[1]}::{chain.view.name}{tag}", TensorSpec(shape.shape, "int64"), shape)
-            nodes.append(replace(chain.view, name=chain.view.name + tag, inputs=[value, target], outputs=[out]))
-        lo = hi
+    rows = product.inputs[0]
+    if chain.merge is not None:  # each part's GEMM reads its own rows view
+        rows = declare(rows + tag, graph.values[rows])
+        nodes.append(replace(chain.merge, name=chain.merge.name + tag, outputs=[rows]))
+    flat = (*graph.values[product.outputs[0]].shape[:-1], len(columns))
+    last_step = "transpose" if chain.transpose is not None else "view" if chain.view is not None else \
+        "bias" if chain.bias_add is not None else "product"
+    inputs = [rows, gathered(product.inputs[1], 0 if columns_first else 1)]
+    if gemm_bias is not None:
+        inputs.append(gathered(gemm_bias, 0))
+    value = made(product, inputs, flat, last_step == "product")
+    if chain.bias_add is not None:
+        value = made(chain.bias_add, [gathered(name, 0) if name == add_bias else value
+                                      for name in chain.bias_add.inputs], flat, last_step == "bias")
+    cut_axis = len(flat) - 1  # where the grid's cut axis is in the part's own view
+    if chain.view is not None:
+        viewed = graph.values[chain.view.outputs[0]].shape
+        cut_axis = len(viewed) - len(chain.grid) + chain.axis
+        shape = [*viewed]
+        shape[cut_axis] = part.hi - part.lo
+        if part.squeezed:
+            del shape[cut_axis]
+        target = declare(f"{chain.view.outputs[0]}::shape{tag}", TensorSpec((len(shape),), "int64"),
+                         np.array(shape, np.int64))
+        value = made(chain.view, [value, target], tuple(shape), last_step == "view")
+    if chain.transpose is not None:
+        perm = list(chain.transpose.attrs["perm"])
+        if part.squeezed:
+            perm = [axis - (axis > cut_axis) for axis in perm if axis != cut_axis]
+        made(replace(chain.transpose, attrs={**chain.transpose.attrs, "perm": perm}), [value], out_spec.shape, True)
     return nodes

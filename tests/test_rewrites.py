@@ -78,3 +78,58 @@ def test_split_projections_leaves_what_it_cannot_split(graph: Graph) -> None:
     """Parts narrower than MIN_PART stay one GEMM and a Split; so does a product something else
     reads whole."""
     assert split_projections(graph) is graph
+
+
+def _head_grid_projection(cut: str, heads: int = 2, head_dim: int = MIN_PART // 2) -> Graph:
+    """A fused q/k/v projection whose columns a Reshape lays out per head, then cut per head:
+    "neox" views (B, S, H, 3D), moves the heads before the positions and Slices q, k and v off the
+    last axis (GPT-NeoX); "bloom" views (B, S, H, 3, D) and Gathers index 0, 1 and 2 of axis 3."""
+    rng = np.random.default_rng(3)
+    b, s, k, n = 2, 5, 16, 3 * heads * head_dim
+    builder = GraphBuilder(cut, "float32")
+    x = builder.input("x", (b, s, k))
+    product = builder.op("MatMul", [x, builder.constant(rng.standard_normal((k, n)))], (b, s, n))
+    biased = builder.op("Add", [product, builder.constant(rng.standard_normal(n))], (b, s, n))
+    parts = []
+    if cut == "neox":
+        grid = builder.op("Reshape", [biased, builder.constant(np.array([b, s, heads, 3 * head_dim]), "int64")],
+                          (b, s, heads, 3 * head_dim))
+        moved = builder.op("Transpose", [grid], (b, heads, s, 3 * head_dim), perm=[0, 2, 1, 3])
+        for index in range(3):
+            bounds = [builder.constant(np.array([value]), "int64")
+                      for value in (index * head_dim, (index + 1) * head_dim, -1)]
+            parts.append(builder.op("Slice", [moved, *bounds], (b, heads, s, head_dim)))
+    else:
+        grid = builder.op("Reshape", [biased, builder.constant(np.array([b, s, heads, 3, head_dim]), "int64")],
+                          (b, s, heads, 3, head_dim))
+        for index in range(3):
+            parts.append(builder.op("Gather", [grid, builder.constant(np.array(index), "int64")],
+                                    (b, s, heads, head_dim), axis=3))
+    return builder.graph([builder.op("Relu", [part], builder.values[part].shape) for part in parts])
+
+
+@pytest.mark.parametrize("cut", ["neox", "bloom"])
+def test_a_projection_cut_per_head_is_one_projection_per_part(cut: str) -> None:
+    """The cut after a per-head view: each part's GEMM reads every head's columns of that part
+    (gathered from the weight and bias), then the same view and Transpose; the values do not change
+    and no Slice or Gather is left."""
+    graph = _head_grid_projection(cut)
+    rewritten = split_projections(graph)
+    ops = [node.op_type for node in rewritten.nodes]
+    assert not {"Slice", "Gather"} & set(ops) and ops.count("MatMul") == 3
+    feeds = {"x": np.random.default_rng(4).standard_normal(graph.values["x"].shape).astype(np.float32)}
+    want, got = run_graph(graph, feeds), run_graph(rewritten, feeds)
+    for name in graph.outputs:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-6)
+    _, tasks = backend_tasks(graph, get_backend(load_target("h200")))
+    assert [task.inputs[1].shape for task in tasks if task.kind == "gemm"] == [(16, 2 * MIN_PART // 2)] * 3
+
+
+def test_a_projection_cut_along_its_rows_is_left() -> None:
+    """A Slice of the positions (a rows axis) is not a cut of the columns."""
+    builder = GraphBuilder("rows", "float32")
+    product = builder.op("MatMul", [builder.input("x", (2, 6, 16)), builder.constant(np.ones((16, 2 * MIN_PART)))],
+                         (2, 6, 2 * MIN_PART))
+    bounds = [builder.constant(np.array([value]), "int64") for value in (0, 3, 1)]
+    graph = builder.graph([builder.op("Slice", [product, *bounds], (2, 3, 2 * MIN_PART))])
+    assert split_projections(graph) is graph
