@@ -15,6 +15,11 @@ The steps, each with its own clear failure:
             (constants with their real values), so every value ends up with a concrete spec.
             This is exact for every op whose output shape depends on shapes and constants only
             (all ops here except NonZero, whose count would be that of the zeros).
+  copies    a node that hands its one input on unchanged (Identity, a Concat of one input, a Cast
+            to the dtype it has) is dropped and its readers read the input (a graph output keeps
+            its node): exporters leave them (GPT-NeoX concatenates its keys and values with an
+            empty cache, which folding reduces to a Concat of one), and each would be a copy on
+            the device.
 Initializers that are also listed as graph inputs (old exporters do this) are treated as constants.
 """
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
+from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -299,6 +305,28 @@ def _fold_and_specify(nodes: list[Node], constants: dict[str, np.ndarray],
     return kept
 
 
+def _copies_its_input(node: Node, specs: Mapping[str, TensorSpec]) -> bool:
+    present = [name for name in node.inputs if name]
+    if node.domain not in ("", "ai.onnx") or len(present) != 1 or len(node.outputs) != 1:
+        return False
+    return node.op_type in ("Identity", "Concat") or (
+        node.op_type == "Cast" and specs[node.outputs[0]].dtype == specs[present[0]].dtype)
+
+
+def _elide_copies(nodes: list[Node], specs: Mapping[str, TensorSpec], outputs: set[str]) -> list[Node]:
+    """The nodes without those that copy their input unchanged (see the module docstring), each
+    reader renamed to read the copied value."""
+    source: dict[str, str] = {}
+    kept: list[Node] = []
+    for node in nodes:
+        inputs = [source.get(name, name) for name in node.inputs]
+        if _copies_its_input(node, specs) and node.outputs[0] not in outputs:
+            source[node.outputs[0]] = next(name for name in inputs if name)
+            continue
+        kept.append(node if inputs == node.inputs else replace(node, inputs=inputs))
+    return kept
+
+
 def _check_static(node: Node, constants: Mapping[str, np.ndarray]) -> None:
     """A node left after folding must not take its output shape from runtime values."""
     for index in VALUE_SHAPED_INPUTS.get(node.op_type, ()):
@@ -324,9 +352,9 @@ def load_model(model: str | Path | bytes | onnx.ModelProto,
     for vi in runtime_inputs:
         specs[vi.name] = TensorSpec(bound[vi.name], _np_dtype(vi.type.tensor_type.elem_type))
     inferred = _inferred_specs(_inference_proto(proto, specs, constants))
-    kept = _fold_and_specify(nodes, constants, specs, inferred, opset)
-
     outputs = [vi.name for vi in graph_proto.output]
+    kept = _elide_copies(_fold_and_specify(nodes, constants, specs, inferred, opset), specs, set(outputs))
+
     used = {name for node in kept for name in node.inputs if name} | set(outputs)
     live_constants = {name: value for name, value in constants.items() if name in used}
     live = set(bound) | set(live_constants) | {o for node in kept for o in node.outputs if o}

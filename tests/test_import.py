@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -204,3 +205,29 @@ def test_initializer_and_tensor_attribute_round_trip() -> None:
     assert [n.op_type for n in loaded.nodes] == ["MatMul", "Add"]
     out = run_graph(loaded, {"x": np.array([[1.0, 2.0]], dtype=np.float32)})["y"]
     np.testing.assert_array_equal(out, [[16.0, 29.0, 42.0]])
+
+
+def test_copies_are_elided_and_their_readers_read_the_source() -> None:
+    """An Identity, a Concat of one input and a Cast to the dtype it has hand their input on: they
+    are dropped and whatever read them reads the input; a copy that is a graph output stays. The
+    model's outputs do not change (onnxruntime on the file)."""
+    f = TensorProto.FLOAT
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Identity", ["r"], ["i"]),
+             helper.make_node("Concat", ["i"], ["c"], axis=0),
+             helper.make_node("Cast", ["c"], ["same"], to=f),
+             helper.make_node("Cast", ["same"], ["wide"], to=TensorProto.DOUBLE),
+             helper.make_node("Tanh", ["same"], ["t"]),
+             helper.make_node("Identity", ["t"], ["y"])]
+    graph = helper.make_graph(nodes, "copies", [helper.make_tensor_value_info("x", f, [2, 3])],
+                              [helper.make_tensor_value_info("y", f, [2, 3]),
+                               helper.make_tensor_value_info("wide", TensorProto.DOUBLE, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    loaded = load_model(model.SerializeToString())
+    assert [(node.op_type, node.inputs) for node in loaded.nodes] == [
+        ("Relu", ["x"]), ("Cast", ["r"]), ("Tanh", ["r"]), ("Identity", ["t"])]
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = run_graph(loaded, feeds)
+    for name, value in zip(["y", "wide"], want):
+        np.testing.assert_allclose(got[name], value, rtol=1e-6)
