@@ -16,6 +16,11 @@ index 0, 1 and 2. A part is then the grid's columns whose index along the cut ax
 range (every head's q columns): its weight and bias are those columns, gathered once here, and its
 product goes through the same view and Transpose, so attention reads it as before (with the
 Transpose folded in).
+
+reassociate_residuals: a parallel block's (GPT-NeoX, Phi, Falcon, GPT-J) (mlp + attn) + x, where
+mlp and attn are both projections that nothing else reads, becomes mlp + (attn + x): each add is
+then one projection's residual epilogue, and no elementwise task is left between the layers. The
+same sum in exact arithmetic; in floating point the two roundings come in another order.
 """
 from __future__ import annotations
 
@@ -116,6 +121,48 @@ def _cut(graph: Graph, node: Node, rank: int) -> tuple[int, list[_Part]] | None:
         index = int(bounds[0]) % size[axis]
         return axis, [_Part(node.outputs[0], index, index + 1, True)]
     return None
+
+
+def _projected(graph: Graph, producer: dict[str, Node], value: str) -> bool:
+    """A projection's output (MatMul or Gemm), or its bias Add by a constant."""
+    node = producer.get(value)
+    if node is not None and node.op_type == "Add" and any(name in graph.constants for name in node.inputs):
+        node = producer.get(next(name for name in node.inputs if name not in graph.constants))
+    return node is not None and node.op_type in ("MatMul", "Gemm") and node.domain in ("", "ai.onnx")
+
+
+def reassociate_residuals(graph: Graph) -> Graph:
+    """Every Add(Add(p, q), x) whose p and q are projections read only by the inner Add, with x of
+    their shape and dtype, as Add(p, Add(q, x)) under the same output name (module docstring). The
+    graph itself where there is none."""
+    consumers, producer = graph.consumers(), graph.producer()
+    regrouped: dict[int, list[Node]] = {}  # id(outer Add) -> its two new Adds
+    dropped: set[int] = set()
+    for outer in graph.nodes:
+        if outer.op_type != "Add" or outer.domain not in ("", "ai.onnx") or len(outer.inputs) != 2:
+            continue
+        spec = graph.values[outer.outputs[0]]
+        for side in (0, 1):
+            inner, x = producer.get(outer.inputs[side]), outer.inputs[1 - side]
+            if inner is None or inner.op_type != "Add" or id(inner) in dropped or len(inner.inputs) != 2 \
+                    or _sole_consumer(graph, consumers, inner.outputs[0]) is not outer \
+                    or graph.values[x] != spec or any(graph.values[name] != spec for name in inner.inputs) \
+                    or not all(_projected(graph, producer, name) and _sole_consumer(graph, consumers, name) is inner
+                               for name in inner.inputs):
+                continue
+            p, q = inner.inputs
+            partial = f"{outer.outputs[0]}::{q}+{x}"
+            regrouped[id(outer)] = [replace(inner, name=inner.name + "::regrouped", inputs=[q, x], outputs=[partial]),
+                                    replace(outer, inputs=[p, partial])]
+            dropped.add(id(inner))
+            break
+    if not regrouped:
+        return graph
+    nodes = [made for node in graph.nodes if id(node) not in dropped for made in regrouped.get(id(node), [node])]
+    values = {name: spec for name, spec in graph.values.items()
+              if name not in {node.outputs[0] for node in graph.nodes if id(node) in dropped}}
+    values.update({partial.outputs[0]: graph.values[partial.inputs[0]] for partial, _ in regrouped.values()})
+    return replace(graph, nodes=nodes, values=values)
 
 
 def _rejoined(graph: Graph, consumers: dict[str, list[Node]], value: str) -> bool:

@@ -9,7 +9,7 @@ from portkern.executor import run_graph
 from portkern.hwprofile import load_target
 from portkern.ir import Graph, Node, TensorSpec
 from portkern.partition import backend_tasks
-from portkern.rewrites import MIN_PART, split_projections
+from portkern.rewrites import MIN_PART, reassociate_residuals, split_projections
 from portkern.synthetic import GraphBuilder
 
 
@@ -133,3 +133,37 @@ def test_a_projection_cut_along_its_rows_is_left() -> None:
     bounds = [builder.constant(np.array([value]), "int64") for value in (0, 3, 1)]
     graph = builder.graph([builder.op("Slice", [product, *bounds], (2, 3, 2 * MIN_PART))])
     assert split_projections(graph) is graph
+
+
+def _parallel_block(reader_of_attn: bool = False) -> Graph:
+    """GPT-NeoX's parallel residual, (mlp + attn) + x, both branches biased projections of x."""
+    rng = np.random.default_rng(5)
+    builder = GraphBuilder("parallel", "float32")
+    x = builder.input("x", (4, 8))
+
+    def projection() -> str:
+        product = builder.op("MatMul", [x, builder.constant(rng.standard_normal((8, 8)))], (4, 8))
+        return builder.op("Add", [builder.constant(rng.standard_normal(8)), product], (4, 8))
+
+    mlp, attn = builder.op("Gelu", [projection()], (4, 8)), projection()
+    mlp = builder.op("MatMul", [mlp, builder.constant(rng.standard_normal((8, 8)))], (4, 8))
+    out = builder.op("Add", [builder.op("Add", [mlp, attn], (4, 8)), x], (4, 8))
+    return builder.graph([out, builder.op("Relu", [attn], (4, 8))] if reader_of_attn else [out])
+
+
+def test_a_parallel_blocks_residual_sum_is_two_projection_epilogues() -> None:
+    """(mlp + attn) + x regrouped as mlp + (attn + x): both adds fuse into the projections, no
+    elementwise task is left, and the values are the same up to rounding."""
+    graph = _parallel_block()
+    rewritten = reassociate_residuals(graph)
+    feeds = {"x": np.random.default_rng(6).standard_normal((4, 8)).astype(np.float32)}
+    np.testing.assert_allclose(run_graph(rewritten, feeds)[graph.outputs[0]], run_graph(graph, feeds)[graph.outputs[0]],
+                               rtol=1e-5, atol=1e-5)
+    _, tasks = backend_tasks(graph, get_backend(load_target("cpu")))
+    assert [task.kind for task in tasks] == ["gemm"] * 3
+    assert sum(bool(task.attr("residual")) for task in tasks) == 2
+
+
+def test_a_sum_whose_branch_is_read_elsewhere_is_left() -> None:
+    graph = _parallel_block(reader_of_attn=True)
+    assert reassociate_residuals(graph) is graph
