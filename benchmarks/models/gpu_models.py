@@ -419,7 +419,7 @@ def bench_model(model: ModelUnderTest, args: argparse.Namespace, device: torch.d
     medians = {name: statistics.median(values) for name, values in times.items()}
     seconds, seconds_device = ({name.removesuffix("@device"): t for name, t in medians.items()
                                 if name.endswith("@device") == (io == "device")} for io in IO_MODES)
-    kernels = device_kernel_table(runners["portkern"]) if torch.cuda.is_available() else []
+    kernels = device_kernel_table(runners[io_name("portkern", "device")]) if torch.cuda.is_available() else []
 
     reference = ort.InferenceSession(str(model.onnx_path), providers=["CPUExecutionProvider"])
     want = dict(zip(graph.outputs, reference.run(graph.outputs, feeds)))
