@@ -87,7 +87,7 @@ import numpy as np
 from .executor import _explicit_pads, slice_arguments
 from .ir import Graph, Node, TensorSpec, connected_groups
 from .layout import NHWC_OPS, ONNX_OF, channels_last, conv1d_as_2d, is_channels_last
-from .rewrites import reassociate_residuals, split_projections
+from .rewrites import collapse_layout_chains, reassociate_residuals, split_projections
 from .tasks import FLOAT_DTYPES, Task, freeze_attrs
 
 if TYPE_CHECKING:
@@ -1332,13 +1332,15 @@ def partition(graph: Graph, fold_attention_transposes: bool = False, share_kv_he
 
 def backend_tasks(graph: Graph, backend: Backend) -> tuple[Graph, list[Task]]:
     """The graph as the backend runs it (1-D convs as 2-D ones; a parallel block's residual sum
-    regrouped; channels-last where its conv_layout is NHWC; a projection whose columns are cut
+    regrouped; channels-last where its conv_layout is NHWC; a chain of Transposes and Reshapes that
+    only reshapes as one Reshape; a projection whose columns are cut
     into parts that would be glue copies as one projection per part: rewrites.py) and its tasks: the one way the tuner, the runtime and the CLI
     see a model, so a pack's keys name the tasks a later run makes. A cut some task computes (the
     Slices a partial rotary task reads in place) is left to that task."""
     graph = reassociate_residuals(conv1d_as_2d(graph))
     if backend.conv_layout == "NHWC":
         graph = channels_last(graph)
+    graph = collapse_layout_chains(graph)
     options = dict(fold_attention_transposes=backend.folds_attention_transposes,
                    share_kv_heads=backend.shares_kv_heads, fuse_rotary=backend.fuses_rotary)
     tasks = partition(graph, **options)

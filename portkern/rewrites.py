@@ -21,6 +21,12 @@ reassociate_residuals: a parallel block's (GPT-NeoX, Phi, Falcon, GPT-J) (mlp + 
 mlp and attn are both projections that nothing else reads, becomes mlp + (attn + x): each add is
 then one projection's residual epilogue, and no elementwise task is left between the layers. The
 same sum in exact arithmetic; in floating point the two roundings come in another order.
+
+collapse_layout_chains: a chain of Transposes and Reshapes whose result lays the elements out in
+the order they already had is one Reshape, a view: ViT's patch embedding, run channels-last, goes
+back to NCHW, flattens the positions and transposes them first, (B, H, W, C) -> (B, HW, C) in two
+device copies where the NHWC buffer already is that. Whether a chain is such a view is checked by
+running it on the element indices, not inferred from its permutations.
 """
 from __future__ import annotations
 
@@ -30,7 +36,7 @@ from typing import Callable, Collection
 
 import numpy as np
 
-from .executor import slice_arguments
+from .executor import run_nodes, slice_arguments
 from .ir import Graph, Node, TensorSpec
 from .layout import used_names
 
@@ -163,6 +169,56 @@ def reassociate_residuals(graph: Graph) -> Graph:
               if name not in {node.outputs[0] for node in graph.nodes if id(node) in dropped}}
     values.update({partial.outputs[0]: graph.values[partial.inputs[0]] for partial, _ in regrouped.values()})
     return replace(graph, nodes=nodes, values=values)
+
+
+_LAYOUT_OPS = ("Transpose", "Reshape")
+
+
+def collapse_layout_chains(graph: Graph) -> Graph:
+    """Every maximal chain of Transposes and Reshapes (each value in it read only by the next,
+    none a graph output) that holds a Transpose and only reshapes its input, as one Reshape under
+    the chain's output name (see the module docstring). The graph itself where there is none."""
+    consumers, producer = graph.consumers(), graph.producer()
+    chains: list[list[Node]] = []
+    for node in graph.nodes:
+        if node.op_type not in _LAYOUT_OPS or node.domain not in ("", "ai.onnx"):
+            continue
+        follower = _sole_consumer(graph, consumers, node.outputs[0])
+        if follower is not None and follower.op_type in _LAYOUT_OPS and follower.domain in ("", "ai.onnx"):
+            continue  # not the chain's last node
+        chain = [node]
+        while (before := producer.get(chain[0].inputs[0])) is not None and before.op_type in _LAYOUT_OPS \
+                and before.domain in ("", "ai.onnx") and _sole_consumer(graph, consumers, before.outputs[0]) is chain[0]:
+            chain.insert(0, before)
+        if len(chain) > 1 and any(link.op_type == "Transpose" for link in chain) and _only_reshapes(graph, chain):
+            chains.append(chain)
+    if not chains:
+        return graph
+    last = {id(chain[-1]): chain for chain in chains}
+    dropped = {id(link) for chain in chains for link in chain}
+    nodes: list[Node] = []
+    values, constants = dict(graph.values), dict(graph.constants)
+    for node in graph.nodes:
+        chain = last.get(id(node))
+        if chain is not None:
+            shape = np.array(graph.values[node.outputs[0]].shape, np.int64)
+            target = f"{node.outputs[0]}::shape"
+            values[target], constants[target] = TensorSpec(shape.shape, "int64"), shape
+            nodes.append(Node(f"{node.name}::view", "Reshape", [chain[0].inputs[0], target], list(node.outputs)))
+        elif id(node) not in dropped:
+            nodes.append(node)
+    used = used_names(nodes, graph.inputs, graph.outputs)
+    return replace(graph, nodes=nodes, values={k: v for k, v in values.items() if k in used},
+                   constants={k: v for k, v in constants.items() if k in used})
+
+
+def _only_reshapes(graph: Graph, chain: list[Node]) -> bool:
+    """Whether the chain hands on its input's elements in their own order: run on the indices."""
+    source = chain[0].inputs[0]
+    env = {source: np.arange(math.prod(graph.values[source].shape), dtype=np.int64).reshape(graph.values[source].shape)}
+    env.update({name: graph.constants[name] for link in chain for name in link.inputs[1:] if name})
+    run_nodes(chain, env, graph.opset)
+    return bool(np.array_equal(env[chain[-1].outputs[0]].reshape(-1), env[source].reshape(-1)))
 
 
 def _rejoined(graph: Graph, consumers: dict[str, list[Node]], value: str) -> bool:

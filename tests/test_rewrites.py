@@ -9,7 +9,7 @@ from portkern.executor import run_graph
 from portkern.hwprofile import load_target
 from portkern.ir import Graph, Node, TensorSpec
 from portkern.partition import backend_tasks
-from portkern.rewrites import MIN_PART, reassociate_residuals, split_projections
+from portkern.rewrites import MIN_PART, collapse_layout_chains, reassociate_residuals, split_projections
 from portkern.synthetic import GraphBuilder
 
 
@@ -167,3 +167,30 @@ def test_a_parallel_blocks_residual_sum_is_two_projection_epilogues() -> None:
 def test_a_sum_whose_branch_is_read_elsewhere_is_left() -> None:
     graph = _parallel_block(reader_of_attn=True)
     assert reassociate_residuals(graph) is graph
+
+
+def _patch_tokens(channels_last_first: bool) -> Graph:
+    """ViT's patch embedding output as the channels-last graph hands it on: (B, H, W, C) back to
+    NCHW, the positions flattened, then (B, HW, C); or, not channels-last, an NCHW map whose
+    flatten + transpose is a real transpose."""
+    builder = GraphBuilder("patches", "float32")
+    if channels_last_first:
+        x = builder.input("x", (2, 3, 4, 5))
+        nchw = builder.op("Transpose", [x], (2, 5, 3, 4), perm=[0, 3, 1, 2])
+    else:
+        nchw = builder.input("x", (2, 5, 3, 4))
+    flat = builder.op("Reshape", [nchw, builder.constant(np.array([2, 5, 12]), "int64")], (2, 5, 12))
+    tokens = builder.op("Transpose", [flat], (2, 12, 5), perm=[0, 2, 1])
+    return builder.graph([builder.op("Relu", [tokens], (2, 12, 5))])
+
+
+@pytest.mark.parametrize("view", [True, False], ids=["a-view", "a-real-transpose"])
+def test_a_layout_chain_that_only_reshapes_is_one_reshape(view: bool) -> None:
+    graph = _patch_tokens(channels_last_first=view)
+    rewritten = collapse_layout_chains(graph)
+    if not view:
+        assert rewritten is graph
+        return
+    assert [node.op_type for node in rewritten.nodes] == ["Reshape", "Relu"]
+    feeds = {"x": np.random.default_rng(7).standard_normal(graph.values["x"].shape).astype(np.float32)}
+    np.testing.assert_array_equal(run_graph(rewritten, feeds)[graph.outputs[0]], run_graph(graph, feeds)[graph.outputs[0]])
