@@ -26,7 +26,7 @@ collapse_layout_chains: a chain of Transposes and Reshapes whose result lays the
 the order they already had is one Reshape, a view: ViT's patch embedding, run channels-last, goes
 back to NCHW, flattens the positions and transposes them first, (B, H, W, C) -> (B, HW, C) in two
 device copies where the NHWC buffer already is that. Whether a chain is such a view is checked by
-running it on the element indices, not inferred from its permutations.
+following the input's buffer through it as a strided view (no array is made, whatever the size).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from typing import Callable, Collection
 
 import numpy as np
 
-from .executor import run_nodes, slice_arguments
+from .executor import slice_arguments
 from .ir import Graph, Node, TensorSpec
 from .layout import used_names
 
@@ -213,12 +213,55 @@ def collapse_layout_chains(graph: Graph) -> Graph:
 
 
 def _only_reshapes(graph: Graph, chain: list[Node]) -> bool:
-    """Whether the chain hands on its input's elements in their own order: run on the indices."""
-    source = chain[0].inputs[0]
-    env = {source: np.arange(math.prod(graph.values[source].shape), dtype=np.int64).reshape(graph.values[source].shape)}
-    env.update({name: graph.constants[name] for link in chain for name in link.inputs[1:] if name})
-    run_nodes(chain, env, graph.opset)
-    return bool(np.array_equal(env[chain[-1].outputs[0]].reshape(-1), env[source].reshape(-1)))
+    """Whether the chain hands on its input's elements in their own order: followed as a view of
+    the input's buffer (shape and strides, as torch's view rules give them), it must end contiguous.
+    A Reshape no view can express (a copy) ends the check: the chain is then taken as not one."""
+    shape = list(graph.values[chain[0].inputs[0]].shape)
+    if math.prod(shape) == 0:
+        return False
+    strides = _row_major(shape)
+    for link in chain:
+        if link.op_type == "Transpose":
+            perm = list(link.attrs.get("perm", range(len(shape) - 1, -1, -1)))
+            shape, strides = [shape[axis] for axis in perm], [strides[axis] for axis in perm]
+            continue
+        target = list(graph.values[link.outputs[0]].shape)
+        viewed = _view_strides(shape, strides, target)
+        if viewed is None:
+            return False
+        shape, strides = target, viewed
+    return all(size == 1 or stride == want for size, stride, want in zip(shape, strides, _row_major(shape)))
+
+
+def _row_major(shape: list[int]) -> list[int]:
+    strides = [1] * len(shape)
+    for axis in range(len(shape) - 2, -1, -1):
+        strides[axis] = strides[axis + 1] * shape[axis + 1]
+    return strides
+
+
+def _view_strides(shape: list[int], strides: list[int], target: list[int]) -> list[int] | None:
+    """The strides of a view of (shape, strides) as `target`, or None where none exists: the old
+    axes are taken in runs that are contiguous among themselves, and each run must be exactly
+    covered by consecutive new axes (torch's rule for Tensor.view)."""
+    new = [0] * len(target)
+    view_axis = len(target) - 1
+    base = strides[-1] if strides else 1
+    run_numel = view_numel = 1
+    for axis in range(len(shape) - 1, -1, -1):
+        run_numel *= shape[axis]
+        run_ends = axis == 0 or (shape[axis - 1] != 1 and strides[axis - 1] != run_numel * base)
+        if not run_ends:
+            continue
+        while view_axis >= 0 and (view_numel < run_numel or target[view_axis] == 1):
+            new[view_axis] = view_numel * base
+            view_numel *= target[view_axis]
+            view_axis -= 1
+        if view_numel != run_numel:
+            return None
+        if axis > 0:
+            base, run_numel, view_numel = strides[axis - 1], 1, 1
+    return new if view_axis == -1 else None
 
 
 def _rejoined(graph: Graph, consumers: dict[str, list[Node]], value: str) -> bool:

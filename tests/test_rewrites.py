@@ -1,6 +1,8 @@
 """Graph rewrites (rewrites.py): the same values, cheaper tasks."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -194,3 +196,61 @@ def test_a_layout_chain_that_only_reshapes_is_one_reshape(view: bool) -> None:
     assert [node.op_type for node in rewritten.nodes] == ["Reshape", "Relu"]
     feeds = {"x": np.random.default_rng(7).standard_normal(graph.values["x"].shape).astype(np.float32)}
     np.testing.assert_array_equal(run_graph(rewritten, feeds)[graph.outputs[0]], run_graph(graph, feeds)[graph.outputs[0]])
+
+
+def test_the_view_rule_agrees_with_running_chains_on_the_indices() -> None:
+    """collapse_layout_chains decides by strides, without making an array: on random chains of
+    Transposes and Reshapes of small tensors it collapses only chains whose result, run on the
+    element indices, is the indices in their own order, and all of those whose every Reshape is a
+    view (a chain that copies midway and comes back to the order is left: the rule does not follow
+    copies)."""
+    rng = np.random.default_rng(11)
+    answers = set()
+    for case in range(300):
+        shape = tuple(int(size) for size in rng.choice([1, 2, 3, 4, 6], size=int(rng.integers(2, 5))))
+        builder = GraphBuilder(f"chain{case}", "float32")
+        value, current = builder.input("x", shape), shape
+        for _ in range(int(rng.integers(2, 5))):
+            if rng.random() < 0.5:
+                perm = [int(axis) for axis in rng.permutation(len(current))]
+                current = tuple(current[axis] for axis in perm)
+                value = builder.op("Transpose", [value], current, perm=perm)
+            else:
+                sizes = [size for size in current for size in _factors(size, rng)]
+                cut = int(rng.integers(1, len(sizes) + 1))
+                current = (*sizes[:cut - 1], math.prod(sizes[cut - 1:])) if rng.random() < 0.5 else tuple(sizes)
+                value = builder.op("Reshape", [value, builder.constant(np.array(current), "int64")], current)
+        graph = builder.graph([builder.op("Relu", [value], current)])
+        indices = np.arange(math.prod(shape), dtype=np.float32).reshape(shape)
+        ran = run_graph(graph, {"x": indices})[graph.outputs[0]]
+        in_order = bool(np.array_equal(ran.reshape(-1), indices.reshape(-1)))
+        has_transpose = any(node.op_type == "Transpose" for node in graph.nodes)
+        collapsed = collapse_layout_chains(graph) is not graph
+        chain = (shape, [(node.op_type, node.attrs) for node in graph.nodes])
+        assert not collapsed or (in_order and has_transpose), chain
+        if in_order and has_transpose and not collapsed:
+            assert not _every_reshape_a_view(graph, indices), chain
+        answers.add(collapsed)
+    assert answers == {True, False}
+
+
+def _every_reshape_a_view(graph: Graph, indices: np.ndarray) -> bool:
+    """Whether numpy runs the chain's every Reshape as a view of the input's buffer."""
+    value = indices
+    for node in graph.nodes[:-1]:
+        if node.op_type == "Transpose":
+            value = value.transpose(node.attrs["perm"])
+        else:
+            value = value.reshape(graph.values[node.outputs[0]].shape)
+            if not np.shares_memory(value, indices):
+                return False
+    return True
+
+
+def _factors(size: int, rng: np.random.Generator) -> list[int]:
+    """`size` as one or two factors (a Reshape's split of an axis)."""
+    splits = [first for first in range(2, size) if size % first == 0]
+    if not splits or rng.random() < 0.5:
+        return [size]
+    first = int(rng.choice(splits))
+    return [first, size // first]
