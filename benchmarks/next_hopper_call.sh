@@ -8,8 +8,9 @@
 # priors. On an H100 (run's kinds serve for each other): the models of gpu_models.py in $MODELS
 # (default: ViT-B/16, BERT-base and ResNet-50, whose baselines (bias in cuBLAS's epilogue) and glue
 # (layout chains collapsed) changed after their last runs of 2026-12-07; the LLaMA, Pythia and GPT-2
-# ran at code ed7d970), then, with PROBE=1, the in-sequence probe of BERT's FFN GEMM (gemm_pingpong's in-model
-# loss). Each step has its own timeout, so one that hangs costs only itself. What comes back (at
+# ran at code ed7d970), then, with PROBE=1, the in-sequence probe of BERT's FFN GEMM
+# (gemm_pingpong's in-model loss). Each step has its own timeout, so one that hangs costs only
+# itself. What comes back (at
 # most 8 files): device.txt, the grid, the table, the suites', the models' or the probe's JSON, and
 # every step's output in steps.log; the priors are rebuilt here the same way from the grid and table.
 set -uo pipefail
