@@ -269,6 +269,8 @@ def test_bf16_is_refused_in_the_interpreter() -> None:
     synthetic.conv2d_task(1, 4, 7, 7, 6, 3, 3, "float32", stride=2, pad=1, group=2, activation="silu",
                           residual=True),
     synthetic.gemm_task(5, 6, 7, "float32", activation="silu", gate=True),
+    synthetic.gemm_task(5, 6, 7, "float32", residual=True, batch=(2,)),  # the residual as cuBLAS's C
+    synthetic.gemm_task(5, 6, 7, "float32", bias=True, activation="gelu", residual=True),
     synthetic.softmax_task(3, 10, "float32"),
     synthetic.layernorm_task(3, 10, "float32"),
     synthetic.rmsnorm_task(3, 10, "float32"),

@@ -67,14 +67,17 @@ def _gemm(task: Task) -> Compute:
     has_bias, has_residual = task.attr("bias", False), task.attr("residual", False)
     multiply = residual_join(task) == "mul"
     trans_b = task.attr("trans_b", False)
+    residual_only = residual_join(task) == "add" and not has_bias and task.attr("activation", "none") == "none"
 
     def compute(inputs: Sequence[torch.Tensor]) -> torch.Tensor:
         a, b, *rest = inputs
-        # F.linear's (N, K) weight: a (K, N) b as its transposed view, so cuBLAS adds the bias in
-        # its epilogue (a broadcast add after matmul was 12 more kernels a run in ViT-B/16's table
-        # on an H100, where its FFN's second GEMM stayed on this baseline)
-        out = F.linear(a, b if trans_b else b.t(), rest[0] if has_bias else None)
-        out = activation(out)
+        weight = b if trans_b else b.t()  # F.linear's (N, K) weight; a (K, N) b as a transposed view
+        if residual_only:  # the residual is cuBLAS's C (beta 1): no add kernel after the GEMM
+            rows = torch.addmm(rest[-1].reshape(-1, weight.shape[0]), a.reshape(-1, a.shape[-1]), weight.t())
+            return rows.reshape(*a.shape[:-1], weight.shape[0])
+        # cuBLAS adds the bias in its epilogue (a broadcast add after matmul was 12 more kernels a
+        # run in ViT-B/16's table on an H100, where its FFN's second GEMM stayed on this baseline)
+        out = activation(F.linear(a, weight, rest[0] if has_bias else None))
         if not has_residual:
             return out
         return out * rest[-1] if multiply else out + rest[-1]
