@@ -150,9 +150,7 @@ def conv1d_as_2d(graph: Graph) -> Graph:
                        and not (id(user) in convs and name in user.inputs[:2])]
             if readers or name in graph.outputs:
                 nodes.append(Node(f"{name}::squeeze", "Squeeze", [as_2d[name], *axes], [name], dict(axes_attrs)))
-    used = used_names(nodes, graph.inputs, graph.outputs)
-    return replace(graph, nodes=nodes, values={k: v for k, v in values.items() if k in used},
-                   constants={k: v for k, v in constants.items() if k in used})
+    return with_nodes(graph, nodes, values, constants)
 
 
 def _unit_height_region(value: str, consumers: Mapping[str, list[Node]], position: Mapping[int, int],
@@ -291,10 +289,13 @@ def _rewrite(graph: Graph, chosen: dict[int, tuple[int, ...]]) -> Graph:
         readers = [user for user in consumers.get(out, []) if id(user) not in chosen]
         if readers or out in graph.outputs:
             nodes.append(Node(f"{out}::to_nchw", "Transpose", [new_out], [out], {"perm": list(TO_NCHW)}))
-    used = used_names(nodes, graph.inputs, graph.outputs)
+    return with_nodes(graph, nodes, values, constants)
+
+
+def with_nodes(graph: Graph, nodes: list[Node], values: Mapping[str, TensorSpec],
+               constants: Mapping[str, np.ndarray]) -> Graph:
+    """The graph rewritten to `nodes`, keeping the values and constants that they, its inputs or its
+    outputs name (a rewrite's new values and constants among them, the ones it replaced dropped)."""
+    used = {*graph.inputs, *graph.outputs, *(name for node in nodes for name in (*node.inputs, *node.outputs) if name)}
     return replace(graph, nodes=nodes, values={k: v for k, v in values.items() if k in used},
                    constants={k: v for k, v in constants.items() if k in used})
-
-
-def used_names(nodes: Sequence[Node], inputs: Sequence[str], outputs: Sequence[str]) -> set[str]:
-    return {*inputs, *outputs, *(name for node in nodes for name in (*node.inputs, *node.outputs) if name)}

@@ -84,7 +84,7 @@ from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
 import ml_dtypes
 import numpy as np
 
-from .executor import _explicit_pads, slice_arguments
+from .executor import _explicit_pads, one_axis_slice
 from .ir import Graph, Node, TensorSpec, connected_groups
 from .layout import NHWC_OPS, ONNX_OF, channels_last, conv1d_as_2d, is_channels_last
 from .rewrites import collapse_layout_chains, reassociate_residuals, split_projections
@@ -1141,14 +1141,9 @@ def _match_matmul(ctx: _Context, node: Node) -> _Match | None:
 
 def _last_axis_range(ctx: _Context, node: Node) -> tuple[int, int] | None:
     """[start, end) of a Slice that cuts only the last axis, with unit steps, bounds in range."""
-    if node.op_type != "Slice" or any(name and name not in ctx.graph.constants for name in node.inputs[1:]):
-        return None
     shape = ctx.shape(node.inputs[0])
-    cuts = slice_arguments(node, [None, *(ctx.graph.constants.get(name) for name in node.inputs[1:])])
-    if len(cuts) != 1 or cuts[0][2] % len(shape) != len(shape) - 1 or cuts[0][3] != 1:
-        return None
-    start, end, _ = slice(cuts[0][0], cuts[0][1]).indices(shape[-1])  # ONNX's bounds resolve as Python's
-    return start, end
+    cut = one_axis_slice(node, ctx.graph.constants, shape)
+    return cut[1:] if cut is not None and cut[0] == len(shape) - 1 else None
 
 
 def _match_rotary(ctx: _Context, concat: Node) -> _Match | None:

@@ -36,9 +36,9 @@ from typing import Callable, Collection
 
 import numpy as np
 
-from .executor import slice_arguments
+from .executor import one_axis_slice
 from .ir import Graph, Node, TensorSpec
-from .layout import used_names
+from .layout import with_nodes
 
 MIN_PART = 128  # narrower parts make GEMMs whose tiles idle more than the copies they save
 
@@ -111,17 +111,13 @@ def _cut(graph: Graph, node: Node, rank: int) -> tuple[int, list[_Part]] | None:
             parts.append(_Part(out, lo, hi, False))
             lo = hi
         return axis, parts
-    bounds = [graph.constants.get(name) if name else None for name in node.inputs[1:]]
-    if any(name and name not in graph.constants for name in node.inputs[1:]):
-        return None
     size = graph.values[node.inputs[0]].shape
     if node.op_type == "Slice":
-        cuts = slice_arguments(node, [None, *bounds])
-        if len(cuts) != 1 or cuts[0][3] != 1:
+        cut = one_axis_slice(node, graph.constants, size)
+        if cut is None or cut[2] <= cut[1]:
             return None
-        start, end, axis, _ = cuts[0]
-        lo, hi, _ = slice(start, end).indices(size[axis % rank])  # ONNX's bounds resolve as Python's
-        return (axis % rank, [_Part(node.outputs[0], lo, hi, False)]) if hi > lo else None
+        return cut[0], [_Part(node.outputs[0], cut[1], cut[2], False)]
+    bounds = [graph.constants.get(name) if name else None for name in node.inputs[1:]]
     if node.op_type == "Gather" and bounds and bounds[0] is not None and np.ndim(bounds[0]) == 0:
         axis = int(node.attrs.get("axis", 0)) % rank
         index = int(bounds[0]) % size[axis]
@@ -165,10 +161,9 @@ def reassociate_residuals(graph: Graph) -> Graph:
     if not regrouped:
         return graph
     nodes = [made for node in graph.nodes if id(node) not in dropped for made in regrouped.get(id(node), [node])]
-    values = {name: spec for name, spec in graph.values.items()
-              if name not in {node.outputs[0] for node in graph.nodes if id(node) in dropped}}
+    values = dict(graph.values)
     values.update({partial.outputs[0]: graph.values[partial.inputs[0]] for partial, _ in regrouped.values()})
-    return replace(graph, nodes=nodes, values=values)
+    return with_nodes(graph, nodes, values, graph.constants)
 
 
 _LAYOUT_OPS = ("Transpose", "Reshape")
@@ -188,7 +183,8 @@ def collapse_layout_chains(graph: Graph) -> Graph:
             continue  # not the chain's last node
         chain = [node]
         while (before := producer.get(chain[0].inputs[0])) is not None and before.op_type in _LAYOUT_OPS \
-                and before.domain in ("", "ai.onnx") and _sole_consumer(graph, consumers, before.outputs[0]) is chain[0]:
+                and before.domain in ("", "ai.onnx") \
+                and _sole_consumer(graph, consumers, before.outputs[0]) is chain[0]:
             chain.insert(0, before)
         if len(chain) > 1 and any(link.op_type == "Transpose" for link in chain) and _only_reshapes(graph, chain):
             chains.append(chain)
@@ -207,9 +203,7 @@ def collapse_layout_chains(graph: Graph) -> Graph:
             nodes.append(Node(f"{node.name}::view", "Reshape", [chain[0].inputs[0], target], list(node.outputs)))
         elif id(node) not in dropped:
             nodes.append(node)
-    used = used_names(nodes, graph.inputs, graph.outputs)
-    return replace(graph, nodes=nodes, values={k: v for k, v in values.items() if k in used},
-                   constants={k: v for k, v in constants.items() if k in used})
+    return with_nodes(graph, nodes, values, constants)
 
 
 def _only_reshapes(graph: Graph, chain: list[Node]) -> bool:
@@ -353,9 +347,7 @@ def split_projections(graph: Graph, in_tasks: Collection[int] = ()) -> Graph:
                       for made in _part_nodes(graph, chain, part, f"::part{index}", declare)]
         elif id(node) not in replaced:
             nodes.append(node)
-    used = used_names(nodes, graph.inputs, graph.outputs)
-    return replace(graph, nodes=nodes, values={k: v for k, v in values.items() if k in used},
-                   constants={k: v for k, v in constants.items() if k in used})
+    return with_nodes(graph, nodes, values, constants)
 
 
 def _part_nodes(graph: Graph, chain: _Projection, part: _Part, tag: str, declare: Callable[..., str]) -> list[Node]:

@@ -65,9 +65,9 @@ def _channels_last(compute: Compute) -> Compute:
 def _gemm(task: Task) -> Compute:
     activation = _ACTIVATIONS[task.attr("activation", "none")]
     has_bias, has_residual = task.attr("bias", False), task.attr("residual", False)
-    multiply = residual_join(task) == "mul"
+    join = residual_join(task)
     trans_b = task.attr("trans_b", False)
-    residual_only = residual_join(task) == "add" and not has_bias and task.attr("activation", "none") == "none"
+    residual_only = join == "add" and not has_bias and task.attr("activation", "none") == "none"
 
     def compute(inputs: Sequence[torch.Tensor]) -> torch.Tensor:
         a, b, *rest = inputs
@@ -80,7 +80,7 @@ def _gemm(task: Task) -> Compute:
         out = activation(F.linear(a, weight, rest[0] if has_bias else None))
         if not has_residual:
             return out
-        return out * rest[-1] if multiply else out + rest[-1]
+        return out * rest[-1] if join == "mul" else out + rest[-1]
     return compute
 
 
