@@ -24,7 +24,9 @@ of those doors; the verdict keeps the evidence (seeds, distributions, errors, to
 from __future__ import annotations
 
 import math
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -119,14 +121,11 @@ def compare(out: np.ndarray, ref: np.ndarray, tol: float) -> dict[str, Any]:
     out, ref_w = np.asarray(out), np.asarray(ref, dtype=work)
     if out.shape != ref_w.shape:
         return {"passed": False, "reason": f"shape {out.shape} != reference {ref_w.shape}"}
-    diff = np.subtract(out, ref_w, dtype=work).ravel()
-    with np.errstate(over="ignore", invalid="ignore"):
-        squared = float(np.dot(diff, diff))
-    if math.isfinite(squared):  # a NaN or Inf anywhere on either side would make the sum one
-        return _judge(out, ref_w, diff, ref_w.ravel(), math.sqrt(squared), np.ones((), dtype=bool), tol)
+    sums = _error_sums(out.ravel(), ref_w.ravel(), work)
+    if math.isfinite(sums.squared_error):  # a NaN or Inf anywhere on either side would make the sum one
+        return _judge(out, ref_w, sums, np.ones((), dtype=bool), tol)
     # something non-finite, or squares past float32's range: the rare case, in float64
     out_w, ref_w = np.asarray(out, dtype=np.float64), np.asarray(ref, dtype=np.float64)
-    diff = (out_w - ref_w).ravel()
     finite = np.isfinite(ref_w)
     bad = int(np.count_nonzero(finite & ~np.isfinite(out_w)))
     if bad:
@@ -134,18 +133,52 @@ def compare(out: np.ndarray, ref: np.ndarray, tol: float) -> dict[str, Any]:
                 "bad_elements": bad}
     if np.any(~finite & np.isfinite(out_w)):
         return {"passed": False, "reason": "finite output where the reference is NaN/Inf"}
-    finite_diff = diff[finite.ravel()]
-    return _judge(out, ref_w, finite_diff, ref_w[finite], _norm(finite_diff), finite, tol)
+    return _judge(out, ref_w, _error_sums(out_w[finite], ref_w[finite], np.float64), finite, tol)
 
 
-def _judge(out: np.ndarray, ref: np.ndarray, diff: np.ndarray, ref_f: np.ndarray, diff_norm: float,
-           finite: np.ndarray, tol: float) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _ErrorSums:
+    squared_error: float
+    max_error: float
+    squared_reference: float
+    max_reference: float
+
+
+# A large output is compared in chunks, several at once: each chunk's difference stays in cache (one
+# pass over memory, not four), and numpy releases the GIL. 6304x3072 float16 against float32: 62 ms
+# in one pass, the gate compares six of them a trial.
+_CHUNK = 1 << 18
+_COMPARE_THREADS = max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                              else os.cpu_count() or 1))
+_compare_pool: ThreadPoolExecutor | None = None
+
+
+def _error_sums(out: np.ndarray, ref: np.ndarray, work: Any) -> _ErrorSums:
+    """Sums of squares and largest magnitudes of out - ref and of ref (flat arrays), in `work`."""
+    def chunk(start: int) -> tuple[float, float, float, float]:
+        o, r = out[start:start + _CHUNK], ref[start:start + _CHUNK]
+        diff = np.subtract(o, r, dtype=work)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return (float(np.dot(diff, diff)), _max_abs(diff), float(np.dot(r, r)), _max_abs(r))
+
+    starts = range(0, out.size, _CHUNK)
+    if len(starts) > 1 and _COMPARE_THREADS > 1:
+        global _compare_pool
+        if _compare_pool is None:
+            _compare_pool = ThreadPoolExecutor(_COMPARE_THREADS, thread_name_prefix="portkern-compare")
+        parts = list(_compare_pool.map(chunk, starts))
+    else:
+        parts = [chunk(start) for start in starts] or [(0.0, 0.0, 0.0, 0.0)]
+    return _ErrorSums(sum(p[0] for p in parts), max(p[1] for p in parts),
+                      sum(p[2] for p in parts), max(p[3] for p in parts))
+
+
+def _judge(out: np.ndarray, ref: np.ndarray, sums: _ErrorSums, finite: np.ndarray, tol: float) -> dict[str, Any]:
     """The verdict on the finite elements: relative L2 error and the largest single error."""
-    scale = _norm(ref_f) or 1.0
-    rel_l2 = diff_norm / scale
-    max_abs = _max_abs(diff)
-    ref_max = _max_abs(ref_f)
-    norm_max = max_abs / (ref_max or 1.0)
+    scale = math.sqrt(sums.squared_reference) or 1.0
+    rel_l2 = math.sqrt(sums.squared_error) / scale
+    max_abs = sums.max_error
+    norm_max = max_abs / (sums.max_reference or 1.0)
     result: dict[str, Any] = {"rel_l2": rel_l2, "max_abs": max_abs, "norm_max": norm_max, "tol": tol}
     if rel_l2 <= tol and norm_max <= tol * MAX_ERROR_FACTOR:
         result.update(passed=True, reason="")

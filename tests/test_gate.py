@@ -102,6 +102,25 @@ def test_compare_tells_unwritten_elements_from_finite_values_too_large_to_square
     assert not result["passed"] and result["bad_elements"] == 1
 
 
+def test_compare_in_chunks_agrees_with_one_float64_pass() -> None:
+    """A large output is compared chunk by chunk on threads: the sums and maxima are those of the
+    whole array, and a wrong element in the last, short chunk is found."""
+    from portkern import verify
+
+    rng = np.random.default_rng(2)
+    size = 3 * verify._CHUNK + 12_345  # several chunks and a short tail
+    ref = rng.standard_normal(size).astype(np.float32) * np.float32(3.0)
+    out = (ref + rng.standard_normal(size).astype(np.float32) * np.float32(1e-3)).astype(np.float16)
+    result = compare(out, ref, 2e-3)
+    diff = out.astype(np.float64) - ref.astype(np.float64)
+    assert result["passed"]
+    assert result["rel_l2"] == pytest.approx(np.linalg.norm(diff) / np.linalg.norm(ref.astype(np.float64)), rel=1e-5)
+    assert result["max_abs"] == pytest.approx(np.abs(diff).max(), rel=1e-6)
+    assert result["norm_max"] == pytest.approx(np.abs(diff).max() / np.abs(ref).max(), rel=1e-6)
+    out[-7] = out[-7] + np.float16(1.0)
+    assert not compare(out, ref, 2e-3)["passed"]
+
+
 def test_same_bits_is_bitwise() -> None:
     import numpy as np
 
