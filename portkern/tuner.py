@@ -82,6 +82,7 @@ class TaskOutcome:
     proposers: list[str] = field(default_factory=list)
     recheck: dict[str, Any] | None = None  # winner vs baseline re-timed side by side
     wall_seconds: float | None = None  # the task's search, gate and recheck, start to end
+    feedback: Feedback | None = field(default=None, repr=False)  # what a further pass goes on from
 
     @property
     def best_seconds(self) -> float | None:
@@ -316,6 +317,18 @@ def _run_tune(model_path: Path, options: TuneOptions, out: Path | None,
         budget = allocate_trials(tunable, options.trials, options.per_task_trials, options.min_task_trials)
         outcomes += [TaskOutcome(p, None, "not tuned (below --max-tasks)") for p in profiles if p not in tunable]
         untuned = list(tunable)
+
+        def search(profile: TaskProfile, task_deadline: float | None, earlier: TaskOutcome | None,
+                   trials: int) -> TaskOutcome:
+            started_task = time.time()
+            done = _tune_task(profile.task, profile, backend, runner, pool, proposers, trials,
+                              task_deadline, storage, log, store, catalog, options, say, earlier)
+            done.wall_seconds = time.time() - started_task
+            result = done.result
+            say(f"    {done.status}: {result.measured if result else 0} trials in {done.wall_seconds:.1f} s"
+                f"{f' ({result.stop_reason})' if result and result.stop_reason else ''}")
+            return done
+
         while untuned:
             profile = next_task(untuned, outcomes)
             untuned.remove(profile)
@@ -334,14 +347,32 @@ def _run_tune(model_path: Path, options: TuneOptions, out: Path | None,
             say(f"[{len(tunable) - len(untuned)}/{len(profiles)}] {task.label} x{profile.count}: baseline "
                 f"{_ms(profile.seconds)} ({profile.baseline_source}), floor {_ms(profile.floor_seconds)}, "
                 f"{budget[task.key]} trials")
-            task_started = time.time()
-            outcomes.append(_tune_task(task, profile, backend, runner, pool, proposers, budget[task.key],
-                                       task_deadline, storage, log, store, catalog, options, say))
-            done = outcomes[-1]
-            done.wall_seconds = time.time() - task_started
-            result = done.result
-            say(f"    {done.status}: {result.measured if result else 0} trials in {done.wall_seconds:.1f} s"
-                f"{f' ({result.stop_reason})' if result and result.stop_reason else ''}")
+            outcomes.append(search(profile, task_deadline, None, budget[task.key]))
+        # trials (and time) left once every task had its share (shares are rounded and clamped, and
+        # a search that stops early leaves some): the task with most gain left whose search only
+        # its share stopped goes on, within --trials, --per-task-trials and the time budget
+        finished: set[str] = set()
+        while True:
+            trials_left = options.trials - sum(o.result.measured for o in outcomes if o.result)
+            resumable = [o for o in outcomes if o.profile.task.key not in finished and resumable_search(o)
+                         and o.result is not None and o.result.measured < options.per_task_trials]
+            out_of_time = deadline is not None and \
+                deadline - time.time() < RESERVED_TRIALS * _seconds_per_trial(outcomes)
+            if not resumable or trials_left <= 0 or out_of_time:
+                break
+            earlier = max(resumable, key=gain_left)
+            task = earlier.profile.task
+            measured = earlier.result.measured if earlier.result else 0
+            more = min(budget[task.key], options.per_task_trials - measured, trials_left)
+            task_deadline = time_slice(deadline, gain_left(earlier), sum(map(gain_left, resumable)),
+                                       len(resumable), _seconds_per_trial(outcomes))
+            say(f"[again] {task.label} x{earlier.profile.count}: best {_ms(earlier.best_seconds)}, baseline "
+                f"{_ms(earlier.profile.seconds)}, floor {_ms(earlier.profile.floor_seconds)}, {more} more trials")
+            outcome = search(earlier.profile, task_deadline, earlier, more)
+            outcome.wall_seconds = (outcome.wall_seconds or 0.0) + (earlier.wall_seconds or 0.0)
+            outcomes[outcomes.index(earlier)] = outcome
+            if outcome.result is None or outcome.result.measured == measured:
+                finished.add(task.key)
     position = {id(profile): index for index, profile in enumerate(profiles)}
     outcomes.sort(key=lambda outcome: position[id(outcome.profile)])  # the report lists tasks by headroom
     e2e = _end_to_end(model_path, graph, backend, target, outcomes, options, say)
@@ -380,6 +411,21 @@ def next_task(untuned: Sequence[TaskProfile], outcomes: Sequence[TaskOutcome]) -
     return max(untuned, key=expected_gain)  # max keeps the first of equals: the headroom order
 
 
+def gain_left(outcome: TaskOutcome) -> float:
+    """What further search of a task could still save a run: its count times the gap from what
+    runs now (its baseline or its best kernel, the faster) down to its floor."""
+    now = min((s for s in (outcome.profile.seconds, outcome.best_seconds) if s is not None), default=0.0)
+    return max(0.0, now - outcome.profile.floor_seconds) * outcome.profile.count
+
+
+def resumable_search(outcome: TaskOutcome) -> bool:
+    """A search that stopped only because its share of trials or time ran out (not at the floor,
+    out of patience or with its space exhausted)."""
+    result = outcome.result
+    return (outcome.feedback is not None and result is not None and bool(outcome.feedback.searched)
+            and result.stop_reason.startswith(("trial budget", "time budget")))
+
+
 def _seconds_per_trial(outcomes: Sequence[TaskOutcome]) -> float:
     """The median trial's wall time so far: a task's first trial pays for its references and
     input sets (the first task's, for the workers' start too), the trials after it do not."""
@@ -403,11 +449,20 @@ def variant_admitted(variant: Variant, task: Task, options: TuneOptions) -> bool
 def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, pool: CompilePool | None,
                proposers: list[Proposer],
                trials: int, deadline: float | None, storage: str, log: RecordLog, store: ArtifactStore,
-               catalog: TaskCatalog, options: TuneOptions, say: Progress) -> TaskOutcome:
-    feedback = Feedback(floor_seconds=profile.floor_seconds, baseline_seconds=profile.seconds)
-    total = SearchResult(task=task, best=None, artifact=None)
-    used: list[str] = []
+               catalog: TaskCatalog, options: TuneOptions, say: Progress,
+               earlier: TaskOutcome | None = None) -> TaskOutcome:
+    """Search one task with `trials` more measurements. Given its `earlier` outcome, the search goes
+    on from there: its first round's variants again (their study resumes where it stopped), then
+    what proposers derive from the best, every earlier record and variant kept."""
+    if earlier is not None and earlier.feedback is not None and earlier.result is not None:
+        feedback, total, used = earlier.feedback, earlier.result, list(earlier.proposers)
+        resumed = [feedback.library[name] for name in feedback.searched[0]]
+    else:
+        feedback = Feedback(floor_seconds=profile.floor_seconds, baseline_seconds=profile.seconds)
+        total = SearchResult(task=task, best=None, artifact=None)
+        used, resumed = [], []
     remaining = trials
+    rounds = 0
 
     def on_trial(task: Task, record: TrialRecord, best: TrialRecord | None, n: int, budget: int) -> None:
         best_text = f"best {_ms(best.seconds)} ({best.floor_fraction:.0%} of floor)" if best and \
@@ -419,9 +474,10 @@ def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, 
             f"{_ms(record.seconds) if record.seconds else record.reason[:60]:<24} {best_text}"
             f"{f'  [{spent} s]' if spent else ''}")
 
-    while remaining > 0 and feedback.round < MAX_ROUNDS:
-        new: list[Variant] = []
-        for proposer in proposers:
+    while remaining > 0 and rounds < MAX_ROUNDS:
+        new: list[Variant] = resumed
+        resumed = []
+        for proposer in proposers if not new else ():
             offered = [v for v in proposer.propose(task, backend, feedback)
                        if v.name not in feedback.library and variant_admitted(v, task, options)]
             if offered and proposer.name not in used:
@@ -430,6 +486,7 @@ def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, 
         if not new:
             break
         feedback.library.update({v.name: v for v in new})
+        feedback.searched.append([v.name for v in new])
         # the cost model's best first (a simulated backend: no trial can beat it, so the search
         # ends once one of them passes the gate), then configurations measured nearby
         ranked = model_ranked(backend, task, new)
@@ -437,7 +494,7 @@ def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, 
         if total.best is not None:
             seeds.append(Candidate.of(feedback.library[total.best.variant], total.best.config))
         # the first round spends most of the budget; later rounds search what proposers derived
-        share = remaining if feedback.round > 0 or len(proposers) == 1 else max(1, (remaining * 3) // 4)
+        share = remaining if rounds > 0 or len(proposers) == 1 else max(1, (remaining * 3) // 4)
         search = SearchOptions(trials=share, deadline=deadline, seed=options.seed,
                                model_best_seconds=ranked[0][0] if ranked else None)
         found = search_workload(task, new, runner, storage=storage, log=log, store=store,
@@ -462,6 +519,7 @@ def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, 
         feedback.best = total.best
         feedback.best_source = feedback.library[total.best.variant].source if total.best else None
         feedback.round += 1
+        rounds += 1
         if found.stop_reason.startswith(("within", "time budget", "at the cost model")):
             break
     result = total if feedback.library else None
@@ -469,8 +527,8 @@ def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, 
         return TaskOutcome(profile, None, "no variants", used)
     best = result.best
     if best is None or best.seconds is None or result.artifact is None:
-        return TaskOutcome(profile, result, f"no verified kernel ({_why_none(result)})", used)
-    outcome = TaskOutcome(profile, result, "kept", used)
+        return TaskOutcome(profile, result, f"no verified kernel ({_why_none(result)})", used, feedback=feedback)
+    outcome = TaskOutcome(profile, result, "kept", used, feedback=feedback)
     if backend.baseline(task) is None:
         # no vendor op on this target: the alternative to a verified kernel is the host's reference
         # executor, so the best verified kernel ships even where it only matches the default config

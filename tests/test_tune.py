@@ -131,6 +131,29 @@ def _small_cnn(path: Path) -> Path:
     return path
 
 
+def test_trials_left_after_every_share_go_to_the_task_with_most_gain_left(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shares of one trial each leave half of --trials: tasks whose share alone stopped them go on
+    where their search stopped (no candidate measured twice), up to --per-task-trials each."""
+    import portkern.tuner as tuner
+
+    monkeypatch.setattr(tuner, "allocate_trials", lambda profiles, *_: {p.task.key: 1 for p in profiles})
+    lines: list[str] = []
+    report = portkern.tune(_small_model(tmp_path / "small.onnx"), target="h200", shapes={"x": (8, 48)},
+                           out=tmp_path / "small.pkpack", trials=6, per_task_trials=3, min_task_trials=1, measure=FAST, progress=lines.append)
+    tuned = [o for o in report.outcomes if o.result is not None]
+    assert len(tuned) == 3
+    assert sum(o.result.measured for o in tuned) == 6
+    assert all(o.result.measured <= 3 for o in tuned) and max(o.result.measured for o in tuned) > 1
+    assert sum(line.split("] ", 1)[-1].startswith("[again]") for line in lines) == 3
+    records = list(RecordLog(report.work_dir / "records.jsonl"))
+    keys = [(r.task_key, r.candidate_key) for r in records]
+    assert len(keys) == len(set(keys)) == sum(len(o.result.records) for o in tuned)
+    for outcome in tuned:  # each best is of all its passes' records (a gain within the noise is none)
+        timed = [r.seconds for r in outcome.result.records if r.status == "ok" and r.seconds]
+        assert outcome.best_seconds in timed and min(timed) >= outcome.best_seconds * 0.95
+
+
 def test_a_cnn_tunes_and_runs_channels_last_on_the_triton_backend(tmp_path: Path) -> None:
     """The Triton backend's graph is NHWC inside (layout.py): conv and pool tasks on NHWC buffers,
     two boundary Transposes, and the model with the pack still answers as onnxruntime does."""
