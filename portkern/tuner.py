@@ -607,6 +607,7 @@ def _end_to_end(model_path: Path, graph: Graph, backend: Backend, target: Target
 
     import onnxruntime as ort
 
+    started = time.perf_counter()
     feeds = random_feeds(graph, seed=options.seed + 99)
     sess_options = ort.SessionOptions()
     sess_options.log_severity_level = 3
@@ -614,6 +615,8 @@ def _end_to_end(model_path: Path, graph: Graph, backend: Backend, target: Target
     output_names = [o.name for o in ort_session.get_outputs()]
     expected = dict(zip(output_names, ort_session.run(None, feeds)))
     tolerance = _e2e_tolerance(graph, options)
+    # where the check's time goes, said at its end: it runs after the search's deadline
+    spent = {"onnxruntime reference": time.perf_counter() - started, "sessions": 0.0}  # seconds
 
     sessions: dict[frozenset[str], Session] = {}
 
@@ -622,10 +625,12 @@ def _end_to_end(model_path: Path, graph: Graph, backend: Backend, target: Target
         moves the weights and captures a CUDA graph: seconds on a GPU)."""
         keys = frozenset(o.profile.task.key for o in kept)
         if keys not in sessions:
+            building = time.perf_counter()
             entries = {o.profile.task.key: _entry(o, graph) for o in kept}
             sessions[keys] = Session(graph, Pack(target={"name": target.name, "backend": target.backend},
                                                  fingerprint=backend.fingerprint(), entries=entries),
                                      source=model_path)
+            spent["sessions"] += time.perf_counter() - building
         return sessions[keys]
 
     # onnxruntime pools spin after a run; on a device backend nothing of the host's waits to go idle
@@ -737,8 +742,12 @@ def _end_to_end(model_path: Path, graph: Graph, backend: Backend, target: Target
         say(f"end-to-end: rel error vs onnxruntime {error:.2g} (tolerance {tolerance:g}); latency "
             f"portkern {_ms(times['portkern'])}{onnxruntime}, {backend.name} baseline ops "
             f"{_ms(times['backend_baseline'])}")
+    spent["runs and timing"] = time.perf_counter() - started - sum(spent.values())
+    say(f"end-to-end: checked in {time.perf_counter() - started:.1f} s: onnxruntime's reference "
+        f"{spent['onnxruntime reference']:.1f} s, {len(sessions)} assemblies built {spent['sessions']:.1f} s, "
+        f"runs and timing {spent['runs and timing']:.1f} s")
     result.update(max_rel_l2_vs_onnxruntime=error, passed=error <= tolerance, kernels_used=len(kept),
-                  fallback_tasks=len(session.fallbacks))
+                  fallback_tasks=len(session.fallbacks), check_seconds=spent)
     if error > tolerance:
         raise PortkernError(f"the model's output does not match onnxruntime even with no tuned kernel "
                             f"(rel error {error:.3g} > {tolerance:g}): a bug in portkern's executor")
