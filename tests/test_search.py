@@ -202,6 +202,44 @@ def test_a_search_that_stops_early_gives_its_compile_workers_back(backend, tmp_p
         assert second.measured == 4 and second.stop_reason.startswith("trial budget")
 
 
+def test_a_build_still_running_at_the_deadline_is_not_waited_for(backend, tmp_path: Path) -> None:
+    """A new variant's first build can take seconds (a Gluon kernel's 6 s on the H100, past its
+    task's slice): the search stops at its deadline instead of waiting, the trial is not measured,
+    and the compile worker comes back once the build ends."""
+    from test_gate import CORPUS, _variant
+
+    from portkern.search.worker import CompilePool, IsolatedRunner
+
+    slow = tmp_path / "slow_build.py"
+    slow.write_text((CORPUS / "correct.py").read_text() + """
+
+def shared_memory(task, config):  # the backend's check calls it before compiling: ~5 s here
+    total = 0
+    for step in range(60_000_000):
+        total += step
+    return 0
+""")
+    task = softmax_task(4, 100, "float32")
+    target = backend.target
+    with IsolatedRunner(target, 120, tmp_path / "scratch") as runner, \
+            CompilePool(target, 1, 120, tmp_path / "scratch") as pool:
+        pool.start()
+        started = time.time()
+        result = search_workload(task, [_variant(slow)], runner, storage=f"sqlite:///{tmp_path / 's.db'}",
+                                 log=RecordLog(tmp_path / "r.jsonl"), store=ArtifactStore(tmp_path / "artifacts"),
+                                 floor_seconds=floor_seconds(task, target), backend=backend.name,
+                                 options=SearchOptions(trials=4, deadline=started + 1.0), gate=GATE, measure=FAST,
+                                 pool=pool)
+        stopped = time.time() - started
+        assert result.measured == 0 and result.stop_reason == "time budget spent", result.stop_reason
+        assert stopped < 3.0, stopped  # the build alone takes longer
+        assert not list(RecordLog(tmp_path / "r.jsonl"))
+        waited = time.time() + 120
+        while pool.free() < 1 and time.time() < waited:
+            time.sleep(0.1)
+        assert pool.free() == 1
+
+
 def _efficiency_benchmark():
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "search" / "efficiency.py"
     spec = importlib.util.spec_from_file_location("efficiency", script)

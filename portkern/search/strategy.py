@@ -214,14 +214,20 @@ class _InFlight:
     ticket: int | None  # the compile pool's, None without a pool
 
 
-def _measure(item: _InFlight, runner: Runner, pool: CompilePool | None,
-             backend: str) -> tuple[TrialRecord, Artifact | None]:
-    """The trial's verdict and time: built by the pool first where there is one."""
+def _measure(item: _InFlight, runner: Runner, pool: CompilePool | None, backend: str,
+             deadline: float | None) -> tuple[TrialRecord, Artifact | None] | None:
+    """The trial's verdict and time: built by the pool first where there is one. None if its
+    build is still running at the deadline (time.time()): a new variant's first build can take
+    seconds past a search's time slice."""
     if item.ticket is None:
         return runner.run(item.job)
     assert pool is not None  # a ticket is the pool's
     waited = time.perf_counter()
-    artifact, status, reason = pool.collect(item.ticket)
+    until = None if deadline is None else waited + max(0.0, deadline - time.time())
+    built = pool.collect(item.ticket, until=until)
+    if built is None:
+        return None
+    artifact, status, reason = built
     waited = time.perf_counter() - waited
     if artifact is None:
         record = item.job.record(backend, status, reason)
@@ -394,7 +400,13 @@ def search_workload(task: Task, variants: Sequence[Variant], runner: Runner, *,
             break
         item = pending.popleft()
         trial, key = item.trial, item.key
-        record, artifact = _measure(item, runner, pool, backend)
+        measured = _measure(item, runner, pool, backend, options.deadline)
+        if measured is None:  # still building when the time ran out: not measured, the search stops
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            if pool is not None and item.ticket is not None:
+                pool.abandon(item.ticket)
+            continue
+        record, artifact = measured
         record.number = trial.number
         trial.set_user_attr("status", record.status)
         if record.reason:

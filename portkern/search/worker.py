@@ -238,16 +238,20 @@ class IsolatedRunner:
         self._kernels_deadline = None
         self._conn.send((kind, job))
 
-    def collect(self, wait: bool = True) -> tuple[str, Any] | None:
+    def collect(self, wait: bool = True, until: float | None = None) -> tuple[str, Any] | None:
         """('result', payload), or ('failed', (status, reason)) after a death or a time limit
-        (the worker is then stopped; the next job starts a fresh one). wait=False: None while the
-        job is still within its time limits and unfinished."""
+        (the worker is then stopped; the next job starts a fresh one). None while the job is still
+        within its time limits and unfinished: at once with wait=False, else at `until` (a
+        time.perf_counter() value) if given."""
         assert self._conn is not None
         try:
             while True:
                 left = max(0.0, self._deadline() - time.perf_counter())
-                if not self._conn.poll(left if wait else 0.0):
-                    if not wait and left > 0:
+                patience = left if wait else 0.0
+                if until is not None:
+                    patience = min(patience, max(0.0, until - time.perf_counter()))
+                if not self._conn.poll(patience):
+                    if time.perf_counter() < self._deadline() and (not wait or until is not None):
                         return None
                     break
                 kind, payload = self._conn.recv()
@@ -379,9 +383,12 @@ class CompilePool:
         self.workers[ticket].submit("build", job)
         return ticket
 
-    def collect(self, ticket: int) -> Built:
-        collected = self.workers[ticket].collect()
-        assert collected is not None  # a waiting collect always returns
+    def collect(self, ticket: int, until: float | None = None) -> Built | None:
+        """The build on this ticket; None if it is still building at `until` (time.perf_counter()),
+        the ticket then still the caller's (to collect later or abandon)."""
+        collected = self.workers[ticket].collect(until=until)
+        if collected is None:
+            return None
         kind, payload = collected
         self._idle.append(ticket)
         if kind == "result":
