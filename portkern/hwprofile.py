@@ -196,10 +196,15 @@ def measure_copy_bandwidth(nbytes: int, repeats: int) -> float:
     return 2 * src.nbytes / best
 
 
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity where the OS tells it)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def _read_host(data: dict[str, Any]) -> dict[str, Any]:
     flags = _cpu_flags()
     vector_bytes = 64 if "avx512f" in flags else 32 if "avx2" in flags else 16
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = usable_cores()
     mhz = _cpu_mhz() or float(data.get("fallback_mhz", 2000))
     fma_units = int(data.get("fma_units_per_core", 2))
     fp32_lanes = vector_bytes // 4

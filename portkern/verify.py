@@ -24,7 +24,6 @@ of those doors; the verdict keeps the evidence (seeds, distributions, errors, to
 from __future__ import annotations
 
 import math
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from typing import Any, Callable, Sequence, TypeVar
 import numpy as np
 
 from .backends.base import Backend, Program
+from .hwprofile import usable_cores
 from .ir import TensorSpec
 from .search.records import Verdict
 from .tasks import Task
@@ -165,7 +165,7 @@ class _ErrorSums:
 # pass over memory, not four), and numpy releases the GIL. 6304x3072 float16 against float32: 62 ms
 # in one pass, the gate compares six of them a trial.
 _CHUNK = 1 << 18
-_THREADS = max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+_THREADS = min(8, usable_cores())
 _pool: ThreadPoolExecutor | None = None
 
 
