@@ -230,9 +230,8 @@ def shared_memory(task, config):  # the backend's check calls it before compilin
                                  floor_seconds=floor_seconds(task, target), backend=backend.name,
                                  options=SearchOptions(trials=4, deadline=started + 1.0), gate=GATE, measure=FAST,
                                  pool=pool)
-        stopped = time.time() - started
         assert result.measured == 0 and result.stop_reason == "time budget spent", result.stop_reason
-        assert stopped < 3.0, stopped  # the build alone takes longer
+        assert pool.free() == 0  # the search returned while its build was still running
         assert not list(RecordLog(tmp_path / "r.jsonl"))
         waited = time.time() + 120
         while pool.free() < 1 and time.time() < waited:
