@@ -350,8 +350,10 @@ def _run_tune(model_path: Path, options: TuneOptions, out: Path | None,
             outcomes.append(search(profile, task_deadline, None, budget[task.key]))
         # trials (and time) left once every task had its share (shares are rounded and clamped, and
         # a search that stops early leaves some): the task with most gain left whose search only
-        # its share stopped goes on, within --trials, --per-task-trials and the time budget
+        # its share stopped goes on, within --trials, --per-task-trials and the time budget; each
+        # pass that finds nothing better halves what a task is expected to gain from the next
         finished: set[str] = set()
+        fruitless: Counter[str] = Counter()
         while True:
             trials_left = options.trials - sum(o.result.measured for o in outcomes if o.result)
             resumable = [o for o in outcomes if o.profile.task.key not in finished and resumable_search(o)
@@ -360,9 +362,10 @@ def _run_tune(model_path: Path, options: TuneOptions, out: Path | None,
                 deadline - time.time() < RESERVED_TRIALS * _seconds_per_trial(outcomes)
             if not resumable or trials_left <= 0 or out_of_time:
                 break
-            earlier = max(resumable, key=gain_left)
+            earlier = max(resumable, key=lambda o: gain_left(o) / 2 ** fruitless[o.profile.task.key])
             task = earlier.profile.task
             measured = earlier.result.measured if earlier.result else 0
+            best_before = earlier.best_seconds
             more = min(budget[task.key], options.per_task_trials - measured, trials_left)
             task_deadline = time_slice(deadline, gain_left(earlier), sum(map(gain_left, resumable)),
                                        len(resumable), _seconds_per_trial(outcomes))
@@ -373,6 +376,8 @@ def _run_tune(model_path: Path, options: TuneOptions, out: Path | None,
             outcomes[outcomes.index(earlier)] = outcome
             if outcome.result is None or outcome.result.measured == measured:
                 finished.add(task.key)
+            if outcome.best_seconds is None or best_before is not None and outcome.best_seconds >= best_before:
+                fruitless[task.key] += 1
     position = {id(profile): index for index, profile in enumerate(profiles)}
     outcomes.sort(key=lambda outcome: position[id(outcome.profile)])  # the report lists tasks by headroom
     e2e = _end_to_end(model_path, graph, backend, target, outcomes, options, say)
