@@ -306,9 +306,6 @@ def _run_once(backend: Backend, program: Program, task: Task, inputs: list[Any],
               label: dict[str, Any]) -> list[np.ndarray]:
     """One run on fresh poisoned outputs; the reference's inputs are what the device inputs must
     still hold after it."""
-    # the reference's answer stays alive on the device: a kernel that hands back stale memory
-    # finds poison in its fresh outputs, not this
-    answer_alive = [backend.to_device(answer) for answer in reference.answers]
     outputs = [_poisoned(backend, spec) for spec in task.outputs]
     program(inputs, outputs)
     backend.synchronize()
@@ -317,7 +314,6 @@ def _run_once(backend: Backend, program: Program, task: Task, inputs: list[Any],
     # inputs compared in full with what was written (stronger than a hash, and as cheap)
     if not all(same_bits(backend.to_host(buffer), array) for buffer, array in zip(inputs, reference.inputs)):
         raise _Failed({**label, "passed": False, "reason": "the kernel modified its inputs"})
-    del answer_alive
     return [backend.to_host(out) for out in outputs]
 
 
@@ -402,6 +398,9 @@ _references = _ReferenceCache()
 def _check_one(backend: Backend, program: Program, task: Task, tol: float, reference: _Reference,
                fresh: _Reference) -> list[dict[str, Any]]:
     label = {"seed": reference.seed, "distribution": reference.distribution}
+    # the answers stay alive on the device through the check's runs: a kernel that hands back
+    # stale memory finds poison in its fresh outputs, not these
+    answers_alive = [backend.to_device(answer) for answer in (*reference.answers, *fresh.answers)]
     inputs = [backend.to_device(a) for a in reference.inputs]
     first = _run_once(backend, program, task, inputs, reference, {**label, "run": "fresh"})
     evidence = _check_against(backend, task, first, range(len(first)), reference, tol, {**label, "run": "fresh"})
@@ -420,6 +419,7 @@ def _check_one(backend: Backend, program: Program, task: Task, tol: float, refer
     label_fresh = {**label, "run": f"in-place new values (seed {fresh.seed}, {fresh.distribution})"}
     host = _run_once(backend, program, task, inputs, fresh, label_fresh)
     _check_against(backend, task, host, range(len(host)), fresh, tol, label_fresh)
+    del answers_alive
     return [{**label, "passed": True, "runs": ["fresh", "repeat", "in-place new values"],
              **{k: v for k, v in evidence.items() if k != "passed"}}]
 

@@ -14,7 +14,7 @@ import optuna
 import pytest
 
 from portkern.backends import get_backend
-from portkern.backends.base import Candidate
+from portkern.backends.base import Candidate, Variant
 from portkern.hwprofile import load_target
 from portkern.measure import MeasureOptions
 from portkern.profile import floor_seconds
@@ -22,7 +22,7 @@ from portkern.search.proposers import Feedback, RulesProposer
 from portkern.search.records import RecordLog, TrialRecord
 from portkern.search.records import Measurement
 from portkern.search.strategy import (ArtifactStore, SearchOptions, VariantAllocator, search_workload, space_size,
-                                     switch_neighbours)
+                                     study_name, switch_neighbours)
 from portkern.search.worker import InProcessRunner, TrialJob
 from portkern.profile import TaskProfile
 from portkern.search.strategy import SearchResult
@@ -223,16 +223,19 @@ def shared_memory(task, config):  # the backend's check calls it before compilin
     target = backend.target
     with IsolatedRunner(target, 120, tmp_path / "scratch") as runner, \
             CompilePool(target, 1, 120, tmp_path / "scratch") as pool:
-        pool.start()
-        started = time.time()
-        result = search_workload(task, [_variant(slow)], runner, storage=f"sqlite:///{tmp_path / 's.db'}",
-                                 log=RecordLog(tmp_path / "r.jsonl"), store=ArtifactStore(tmp_path / "artifacts"),
-                                 floor_seconds=floor_seconds(task, target), backend=backend.name,
-                                 options=SearchOptions(trials=4, deadline=started + 1.0), gate=GATE, measure=FAST,
-                                 pool=pool)
+        def search(variant: Variant, options: SearchOptions) -> SearchResult:
+            return search_workload(task, [variant], runner, storage=f"sqlite:///{tmp_path / 's.db'}",
+                                   log=RecordLog(tmp_path / "r.jsonl"), store=ArtifactStore(tmp_path / "artifacts"),
+                                   floor_seconds=floor_seconds(task, target), backend=backend.name,
+                                   options=options, gate=GATE, measure=FAST, pool=pool)
+        assert search(_variant(CORPUS / "correct.py"), SearchOptions(trials=1)).measured == 1  # workers up
+        result = search(_variant(slow), SearchOptions(trials=4, deadline=time.time() + 2.0))
         assert result.measured == 0 and result.stop_reason == "time budget spent", result.stop_reason
         assert pool.free() == 0  # the search returned while its build was still running
-        assert not list(RecordLog(tmp_path / "r.jsonl"))
+        asked = optuna.load_study(study_name=study_name(task, backend.name, [_variant(slow)]),
+                                  storage=f"sqlite:///{tmp_path / 's.db'}").get_trials()
+        assert [t.state for t in asked] == [optuna.trial.TrialState.FAIL]  # asked, never told a value
+        assert [r.variant for r in RecordLog(tmp_path / "r.jsonl")] == ["correct"]
         waited = time.time() + 120
         while pool.free() < 1 and time.time() < waited:
             time.sleep(0.1)

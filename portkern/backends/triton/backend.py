@@ -261,7 +261,9 @@ class TritonBackend(Backend):
 
     # --- buffers -----------------------------------------------------------------------------
     def to_device(self, array: np.ndarray) -> torch.Tensor:
-        return _host_tensor(array).to(self.device)
+        """A buffer of its own. To a GPU straight from the array (a blocking copy: the array is read
+        when it returns); on the CPU (the interpreter) a copy, so it never aliases the array."""
+        return _host_tensor(array, copy=not self.on_gpu).to(self.device)
 
     def to_host(self, buffer: torch.Tensor) -> np.ndarray:
         """A host array of its own. From a GPU: one copy into page-locked memory (about 3x the
