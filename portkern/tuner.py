@@ -325,7 +325,8 @@ def _run_tune(model_path: Path, options: TuneOptions, out: Path | None,
                               task_deadline, storage, log, store, catalog, options, say, earlier)
             done.wall_seconds = time.time() - started_task
             result = done.result
-            say(f"    {done.status}: {result.measured if result else 0} trials in {done.wall_seconds:.1f} s"
+            say(f"    {done.status}: {result.measured if result else 0} trials"
+                f"{' in all, this pass' if earlier else ''} in {done.wall_seconds:.1f} s"
                 f"{f' ({result.stop_reason})' if result and result.stop_reason else ''}")
             return done
 
@@ -462,10 +463,11 @@ def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, 
     if earlier is not None and earlier.feedback is not None and earlier.result is not None:
         feedback, total, used = earlier.feedback, earlier.result, list(earlier.proposers)
         resumed = [feedback.library[name] for name in feedback.searched[0]]
+        earlier_best = total.best
     else:
         feedback = Feedback(floor_seconds=profile.floor_seconds, baseline_seconds=profile.seconds)
         total = SearchResult(task=task, best=None, artifact=None)
-        used, resumed = [], []
+        used, resumed, earlier_best = [], [], None
     remaining = trials
     rounds = 0
 
@@ -538,6 +540,9 @@ def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, 
         # no vendor op on this target: the alternative to a verified kernel is the host's reference
         # executor, so the best verified kernel ships even where it only matches the default config
         outcome.status = "kept (the target has no baseline op)"
+        return outcome
+    if earlier is not None and best is earlier_best and earlier.recheck is not None:
+        outcome.status, outcome.recheck = earlier.status, earlier.recheck  # the same winner: its recheck stands
         return outcome
     confirmed = _confirm_gain(backend, task, result, options.measure, profile.in_model_seconds)
     if confirmed is not None:
