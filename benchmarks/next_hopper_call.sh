@@ -5,10 +5,10 @@
 # On an H200: the FFN-epilogue grid and gemm_wgmma's table (neither has run on an H200), written
 # under benchmarks/results/ with their final names (and copied to $OUT), the h200 priors rebuilt
 # from them beside the tables h200.jsonl already names, then the tuned suites seeded by those
-# priors. On an H100 (run's kinds serve for each other): the models of gpu_models.py in $MODELS
-# (default: ViT-B/16, BERT-base and ResNet-50, whose baselines (bias in cuBLAS's epilogue) and glue
-# (layout chains collapsed) changed after their last runs of 2026-12-07; the LLaMA, Pythia and GPT-2
-# ran at code ed7d970), then, with PROBE=1, the in-sequence probe of BERT's FFN GEMM
+# priors. On an H100 (run's kinds serve for each other): the models of gpu_models.py in $MODELS, each
+# as model[:tuning seconds] (default: the LLaMA at 200 s, whose tune at code
+# ed7d970 stopped at 115 s with trials left (the leftover-trials passes), and GPT-2 at 60 s (the cheaper gate
+# since ed7d970); ViT, BERT and ResNet-50 ran at 9a8ad5a), then, with PROBE=1, the in-sequence probe of BERT's FFN GEMM
 # (gemm_pingpong's in-model loss). Each step has its own timeout, so one that hangs costs only
 # itself. What comes back (at
 # most 8 files): device.txt, the grid, the table, the suites', the models' or the probe's JSON, and
@@ -49,8 +49,10 @@ if [ "$T" = h200 ]; then
   suite attention 12 35 90
   suite gemm 12 25 90
 else  # the H100 ran the suites, BERT's A/B and the fused decoders on 2026-12-07
-  for model in ${MODELS:-vit-base bert-base resnet50}; do
-    timeout 190 python3 benchmarks/models/gpu_models.py --models $model --target h100 --time-budget 60 --rounds 2 \
+  for entry in ${MODELS:-llama:200 gpt2}; do  # model[:tuning seconds, 60 if not given]
+    model=${entry%%:*}; budget=60; [ "$entry" != "$model" ] && budget=${entry#*:}
+    timeout $((budget + 130)) python3 benchmarks/models/gpu_models.py --models $model --target h100 \
+      --time-budget $budget --rounds 2 \
       --compile-workers 8 --compile-modes default --out "$OUT/$model.json" > /tmp/model.log 2>&1
     echo "$model rc $?"; grep -v "^W12\|dynamo" /tmp/model.log >> "$LOG"; grep "^$model:" /tmp/model.log
     rm -rf "$OUT/$model.pkpack"
