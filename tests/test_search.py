@@ -242,6 +242,29 @@ def shared_memory(task, config):  # the backend's check calls it before compilin
         assert pool.free() == 1
 
 
+def test_references_prepared_while_a_build_runs_are_the_trials(backend, tmp_path: Path) -> None:
+    """prepare() has the worker compute a task's gate references before its trial arrives: the
+    trial then finds them cached (its references phase a lookup) and passes the gate on them."""
+    from test_gate import CORPUS, _variant
+
+    from portkern.search.worker import IsolatedRunner
+
+    variant = _variant(CORPUS / "correct.py")
+    task = softmax_task(64, 16384, "float32")  # 1M values a set: references ~0.1 s here
+    job = TrialJob(task=task, candidate=Candidate.of(variant, variant.default), floor_seconds=0.0, gate=GATE,
+                   measure=FAST)
+    phases = {}
+    for prepared in (False, True):
+        with IsolatedRunner(backend.target, 120, tmp_path / f"scratch-{prepared}") as runner:
+            if prepared:
+                runner.prepare(job)
+            record, _ = runner.run(job)
+        assert record.status == "ok", record.reason
+        phases[prepared] = record.phases
+    assert phases[True]["references"] < phases[False]["references"] / 4, phases
+    assert "references ahead" in phases[True] and "references ahead" not in phases[False]
+
+
 def _efficiency_benchmark():
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "search" / "efficiency.py"
     spec = importlib.util.spec_from_file_location("efficiency", script)

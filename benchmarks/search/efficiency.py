@@ -178,6 +178,9 @@ class TableRunner:
                                              simulated=self.case.simulated)
         return record, None
 
+    def prepare(self, job: TrialJob) -> None:
+        """Nothing to prepare: the table holds the outcomes."""
+
 
 def trials_to_target(case: Case, sampler: str, seed: int, target_seconds: float,
                      budget: int) -> tuple[int | None, str]:

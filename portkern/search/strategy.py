@@ -45,6 +45,9 @@ _WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
 class Runner(Protocol):
     def run(self, job: TrialJob) -> tuple[TrialRecord, Artifact | None]: ...
 
+    def prepare(self, job: TrialJob) -> None:
+        """Start what the job's trial needs before its candidate (building elsewhere) arrives."""
+
 
 @dataclass(frozen=True)
 class SearchOptions:
@@ -215,13 +218,15 @@ class _InFlight:
 
 
 def _measure(item: _InFlight, runner: Runner, pool: CompilePool | None, backend: str,
-             deadline: float | None) -> tuple[TrialRecord, Artifact | None] | None:
+             deadline: float | None, first: bool) -> tuple[TrialRecord, Artifact | None] | None:
     """The trial's verdict and time: built by the pool first where there is one. None if its
     build is still running at the deadline (time.time()): a new variant's first build can take
     seconds past a search's time slice."""
     if item.ticket is None:
         return runner.run(item.job)
     assert pool is not None  # a ticket is the pool's
+    if first:  # the gate's references for the task, while its first candidate builds
+        runner.prepare(item.job)
     waited = time.perf_counter()
     until = None if deadline is None else waited + max(0.0, deadline - time.time())
     built = pool.collect(item.ticket, until=until)
@@ -400,7 +405,7 @@ def search_workload(task: Task, variants: Sequence[Variant], runner: Runner, *,
             break
         item = pending.popleft()
         trial, key = item.trial, item.key
-        measured = _measure(item, runner, pool, backend, options.deadline)
+        measured = _measure(item, runner, pool, backend, options.deadline, first=not result.records)
         if measured is None:  # still building when the time ran out: not measured, the search stops
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             if pool is not None and item.ticket is not None:
