@@ -240,7 +240,8 @@ class IsolatedRunner:
         self._process, self._conn, self._ready, self._preparing = None, None, False, False
 
     def submit(self, kind: str, job: TrialJob) -> None:
-        """Hand the worker a job ('trial': build, verify, time; 'build': check and compile)."""
+        """Hand the worker a job ('trial': build, verify, time; 'build': check and compile;
+        'references': the gate's references for the job's task, into the worker's cache)."""
         if self._process is None or not self._process.is_alive():
             self.start()
         if not self._ready:
