@@ -213,9 +213,9 @@ def test_a_build_still_running_at_the_deadline_is_not_waited_for(backend, tmp_pa
     slow = tmp_path / "slow_build.py"
     slow.write_text((CORPUS / "correct.py").read_text() + """
 
-def shared_memory(task, config):  # the backend's check calls it before compiling: ~5 s here
+def shared_memory(task, config):  # the backend's check calls it before compiling: ~7 s here
     total = 0
-    for step in range(60_000_000):
+    for step in range(100_000_000):
         total += step
     return 0
 """)
@@ -229,7 +229,7 @@ def shared_memory(task, config):  # the backend's check calls it before compilin
                                    floor_seconds=floor_seconds(task, target), backend=backend.name,
                                    options=options, gate=GATE, measure=FAST, pool=pool)
         assert search(_variant(CORPUS / "correct.py"), SearchOptions(trials=1)).measured == 1  # workers up
-        result = search(_variant(slow), SearchOptions(trials=4, deadline=time.time() + 2.0))
+        result = search(_variant(slow), SearchOptions(trials=4, deadline=time.time() + 1.0))
         assert result.measured == 0 and result.stop_reason == "time budget spent", result.stop_reason
         assert pool.free() == 0  # the search returned while its build was still running
         asked = optuna.load_study(study_name=study_name(task, backend.name, [_variant(slow)]),
