@@ -5,14 +5,14 @@
 # On an H200: the FFN-epilogue grid and gemm_wgmma's table (neither has run on an H200), written
 # under benchmarks/results/ with their final names (and copied to $OUT), the h200 priors rebuilt
 # from them beside the tables h200.jsonl already names, then the tuned suites seeded by those
-# priors. On an H100 (run's kinds serve for each other): the models of gpu_models.py in $MODELS, each
-# as model[:tuning seconds] (default: the LLaMA at 200 s, whose tune at code
-# ed7d970 stopped at 115 s with trials left (the leftover-trials passes), and GPT-2 at 60 s (the cheaper gate
-# since ed7d970); ViT, BERT and ResNet-50 ran at 9a8ad5a), then, with PROBE=1, the in-sequence probe of BERT's FFN GEMM
-# (gemm_pingpong's in-model loss). Each step has its own timeout, so one that hangs costs only
-# itself. What comes back (at
-# most 8 files): device.txt, the grid, the table, the suites', the models' or the probe's JSON, and
-# every step's output in steps.log; the priors are rebuilt here the same way from the grid and table.
+# priors. On an H100 (run's kinds serve for each other): trial_phases on ViT-B/16's FFN GEMM, then
+# the models of gpu_models.py in $MODELS, each as model[:tuning seconds] (default: the LLaMA at
+# 200 s, whose tune at code ed7d970 stopped at 115 s with trials left (the leftover-trials passes),
+# and GPT-2 at 60 s (the cheaper gate since ed7d970); ViT, BERT and ResNet-50 ran at 9a8ad5a), then,
+# with PROBE=1, the in-sequence probe of BERT's FFN GEMM (gemm_pingpong's in-model loss). Each step
+# has its own timeout, so one that hangs costs only itself. What comes back (at most 8 files):
+# device.txt, the grid, the table, the suites', the trial phases', the models' or the probe's JSON,
+# and every step's output in steps.log; the priors are rebuilt here the same way from the grid and table.
 set -uo pipefail
 GPU=$(python3 -c "import torch; print(torch.cuda.get_device_name())")
 case "$GPU" in *H200*) T=h200;; *) T=h100;; esac

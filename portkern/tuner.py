@@ -428,7 +428,7 @@ def resumable_search(outcome: TaskOutcome) -> bool:
     """A search that stopped only because its share of trials or time ran out (not at the floor,
     out of patience or with its space exhausted)."""
     result = outcome.result
-    return (outcome.feedback is not None and result is not None and bool(outcome.feedback.searched)
+    return (outcome.feedback is not None and result is not None and bool(outcome.feedback.first_round)
             and result.stop_reason.startswith(("trial budget", "time budget")))
 
 
@@ -462,7 +462,7 @@ def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, 
     what proposers derive from the best, every earlier record and variant kept."""
     if earlier is not None and earlier.feedback is not None and earlier.result is not None:
         feedback, total, used = earlier.feedback, earlier.result, list(earlier.proposers)
-        resumed = [feedback.library[name] for name in feedback.searched[0]]
+        resumed = [feedback.library[name] for name in feedback.first_round]
         earlier_best = total.best
     else:
         feedback = Feedback(floor_seconds=profile.floor_seconds, baseline_seconds=profile.seconds)
@@ -493,7 +493,7 @@ def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, 
         if not new:
             break
         feedback.library.update({v.name: v for v in new})
-        feedback.searched.append([v.name for v in new])
+        feedback.first_round = feedback.first_round or [v.name for v in new]
         # the cost model's best first (a simulated backend: no trial can beat it, so the search
         # ends once one of them passes the gate), then configurations measured nearby
         ranked = model_ranked(backend, task, new)

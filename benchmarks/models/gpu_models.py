@@ -147,9 +147,9 @@ PYTHIA_SMOKE = TransformersSpec("GPTNeoXConfig", "GPTNeoXModel", dict(num_hidden
                                                                       rotary_pct=0.25, vocab_size=128,
                                                                       max_position_embeddings=64),
                                 "input_ids", (16,), batch=2)
-TRANSFORMERS_MODELS = {"gpt2": (GPT2_SMALL, GPT2_SMOKE), "vit-base": (VIT_B16, VIT_SMOKE),
-                       "llama": (LLAMA_4L, LLAMA_SMOKE), "pythia": (PYTHIA_160M, PYTHIA_SMOKE)}
-# name: (full size, --smoke stand-in)
+TRANSFORMERS_MODELS = {  # name: (full size, --smoke stand-in)
+    "gpt2": (GPT2_SMALL, GPT2_SMOKE), "vit-base": (VIT_B16, VIT_SMOKE), "llama": (LLAMA_4L, LLAMA_SMOKE),
+    "pythia": (PYTHIA_160M, PYTHIA_SMOKE)}
 
 
 @dataclass

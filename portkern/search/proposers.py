@@ -36,7 +36,7 @@ class Feedback:
     history: list[TrialRecord] = field(default_factory=list)  # newest last
     round: int = 0
     library: dict[str, Variant] = field(default_factory=dict)  # every variant searched so far, by name
-    searched: list[list[str]] = field(default_factory=list)  # each round's variants, by name
+    first_round: list[str] = field(default_factory=list)  # its variants, by name: what a further pass resumes
 
     def failures(self, limit: int = 5) -> list[TrialRecord]:
         return [r for r in self.history if r.status != "ok"][-limit:]

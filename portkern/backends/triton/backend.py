@@ -255,8 +255,13 @@ class TritonBackend(Backend):
         constants = {name: upcast_float(value) for name, value in task.constants.items()}
         piece = glue.stretch_piece(self, task.reference_nodes, task.input_names, task.output_names, constants,
                                    task.opset)
-        values = piece.run({name: _widened_on_device(value, self.device)
-                            for name, value in zip(task.input_names, inputs, strict=True)})
+        def widened(value: np.ndarray) -> torch.Tensor:
+            # uploaded in its own dtype and widened on the device: a float16 array widened on the
+            # host first moves 4x the bytes, and the host's cast cost the gate ~0.4 s per input set
+            # of a 2048x5632x2048 GEMM
+            tensor = self.to_device(value)
+            return tensor.double() if tensor.is_floating_point() else tensor
+        values = piece.run({name: widened(value) for name, value in zip(task.input_names, inputs, strict=True)})
         return [self.to_host(values[name]) for name in task.output_names]
 
     # --- buffers -----------------------------------------------------------------------------
@@ -414,14 +419,6 @@ def _tile_bytes_estimate(task: Task, config: Mapping[str, Any]) -> int:
     itemsize = np.dtype(task.dtype).itemsize if task.dtype != "bfloat16" else 2
     tile = (config["BLOCK_M"] + config["BLOCK_N"]) * config["BLOCK_K"] * itemsize
     return int(config.get("num_stages", 1)) * tile
-
-
-def _widened_on_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
-    """A reference operand on the device, floats in float64: uploaded in its own dtype and widened
-    there (a float16 array widened on the host first moves 4x the bytes, and the host's cast
-    cost the gate ~0.4 s per input set of a 2048x5632x2048 GEMM)."""
-    tensor = _host_tensor(array, copy=False).to(device)
-    return tensor.double() if tensor.is_floating_point() else tensor
 
 
 def _host_tensor(array: np.ndarray, copy: bool = True) -> torch.Tensor:

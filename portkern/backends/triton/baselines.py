@@ -64,8 +64,7 @@ def _channels_last(compute: Compute) -> Compute:
 
 def _gemm(task: Task) -> Compute:
     activation = _ACTIVATIONS[task.attr("activation", "none")]
-    has_bias, has_residual = task.attr("bias", False), task.attr("residual", False)
-    join = residual_join(task)
+    has_bias, join = task.attr("bias", False), residual_join(task)
     trans_b = task.attr("trans_b", False)
     residual_only = join == "add" and not has_bias and task.attr("activation", "none") == "none"
 
@@ -78,7 +77,7 @@ def _gemm(task: Task) -> Compute:
         # cuBLAS adds the bias in its epilogue (a broadcast add after matmul was 12 more kernels a
         # run in ViT-B/16's table on an H100, where its FFN's second GEMM stayed on this baseline)
         out = activation(F.linear(a, weight, rest[0] if has_bias else None))
-        if not has_residual:
+        if join == "none":
             return out
         return out * rest[-1] if join == "mul" else out + rest[-1]
     return compute

@@ -220,13 +220,17 @@ def epilogue(acc: te.Tensor, shape: Sequence[int], activation: str, bias: Callab
         value = acc(*index)
         return value + bias(*index) if bias is not None else value
 
+    def joined(value: te.Tensor, op: str) -> te.Tensor:
+        def join(*index: Any) -> Any:
+            return value(*index) * residual(*index) if op == "mul" else value(*index) + residual(*index)
+        return te.compute(value.shape, join, name=f"residual_{op}")
+
     value = te.compute(tuple(shape), add_bias, name="biased")
     if residual is not None and residual_first:
-        value = te.compute(value.shape, lambda *i: value(*i) + residual(*i), name="residual_add")
+        value = joined(value, "add")
     value = ACTIVATIONS[activation](value)
     if residual is not None and not residual_first:
-        join = (lambda *i: value(*i) * residual(*i)) if residual_op == "mul" else (lambda *i: value(*i) + residual(*i))
-        value = te.compute(value.shape, join, name=f"residual_{residual_op}")
+        value = joined(value, residual_op)
     return te.compute(value.shape, lambda *i: value(*i), name="out")
 
 
