@@ -472,6 +472,9 @@ def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, 
     rounds = 0
 
     def on_trial(task: Task, record: TrialRecord, best: TrialRecord | None, n: int, budget: int) -> None:
+        # this search's best or an earlier round's (or pass's), whichever is faster: the task's best
+        best = min((r for r in (best, total.best) if r is not None and r.seconds), key=lambda r: r.seconds,
+                   default=None)
         best_text = f"best {_ms(best.seconds)} ({best.floor_fraction:.0%} of floor)" if best and \
             best.floor_fraction else "best n/a"
         spent = ", ".join(f"{name} {seconds:.1f}" for name, seconds in
