@@ -5,14 +5,14 @@
 # On an H200: the FFN-epilogue grid and gemm_wgmma's table (neither has run on an H200), written
 # under benchmarks/results/ with their final names (and copied to $OUT), the h200 priors rebuilt
 # from them beside the tables h200.jsonl already names, then the tuned suites seeded by those
-# priors. On an H100 (run's kinds serve for each other): trial_phases on ViT-B/16's FFN GEMM, then
-# the models of gpu_models.py in $MODELS, each as model[:tuning seconds] (default: the LLaMA at
-# 200 s, whose tune at code ed7d970 stopped at 115 s with trials left (the leftover-trials passes),
-# and GPT-2 at 60 s (the cheaper gate since ed7d970); ViT, BERT and ResNet-50 ran at 9a8ad5a), then,
-# with PROBE=1, the in-sequence probe of BERT's FFN GEMM (gemm_pingpong's in-model loss). Each step
-# has its own timeout, so one that hangs costs only itself. What comes back (at most 8 files):
-# device.txt, the grid, the table, the suites', the trial phases', the models' or the probe's JSON,
-# and every step's output in steps.log; the priors are rebuilt here the same way from the grid and table.
+# priors. On an H100 (run's kinds serve for each other): the attention cases of the GPU matrix
+# (attention_pingpong reads grouped key/value heads since 2026-12-07: checked on a GPU first), the
+# attention-gqa suite through the search beside SDPA, then the models of gpu_models.py in $MODELS,
+# each as model[:tuning seconds] (default: the LLaMA at 200 s, its attention grouped-query), then,
+# with PROBE=1, the in-sequence probe of BERT's FFN GEMM. Each step has its own timeout, so one
+# that hangs costs only itself. What comes back (at most 8 files): device.txt, the grid, the table,
+# the suites', the models' or the probe's JSON, and every step's output in steps.log; the priors
+# are rebuilt here the same way from the grid and table.
 set -uo pipefail
 GPU=$(python3 -c "import torch; print(torch.cuda.get_device_name())")
 case "$GPU" in *H200*) T=h200;; *) T=h100;; esac
@@ -21,13 +21,11 @@ R=benchmarks/results
 echo "== $GPU: target $T"
 LOG=$OUT/steps.log
 keep() { cp "$1" "$OUT/"; }
-# on an H100 (the H200's agenda fills its call): where one trial's time goes (compile, references,
-# gate, timing), in process, on ViT-B/16's FFN GEMM; the gate's host work was ~1 s of a ~1.2 s trial
-# in the tunes at ed7d970, 0.3 s at 9a8ad5a
+# on an H100 (the H200's agenda fills its call): attention_pingpong on grouped key/value heads,
+# checked on the GPU by the matrix, then timed by the search on the attention-gqa suite
 if [ "$T" != h200 ]; then
-  timeout 90 python3 benchmarks/search/trial_phases.py --target $T --gemm 6304x3072x768 --activation gelu \
-    --variants gemm_pingpong,gemm_tma,gemm_wgmma --out "$OUT/trial-phases.json" > /tmp/phases.log 2>&1
-  echo "trial phases rc $?"; cat /tmp/phases.log >> "$LOG"; cat /tmp/phases.log
+  timeout 200 python3 -m pytest -q -x tests/test_triton_matrix.py -k attention > /tmp/matrix.log 2>&1
+  echo "matrix rc $?"; cat /tmp/matrix.log >> "$LOG"; tail -3 /tmp/matrix.log
 fi
 if [ "$T" = h200 ]; then
   GRID=$R/h200-grid-gemm-epilogue-$DAY.json
@@ -51,8 +49,9 @@ if [ "$T" = h200 ]; then
   suite gemm-epilogue 8 30 60
   suite attention 12 35 90
   suite gemm 12 25 90
-else  # the H100 ran the suites, BERT's A/B and the fused decoders on 2026-12-07
-  for entry in ${MODELS:-llama:200 gpt2}; do  # model[:tuning seconds, 60 if not given]
+else  # the H100 ran the other suites, BERT's A/B and the fused decoders on 2026-12-07
+  suite attention-gqa 16 60 130
+  for entry in ${MODELS:-llama:200}; do  # model[:tuning seconds, 60 if not given]
     model=${entry%%:*}; budget=60; [ "$entry" != "$model" ] && budget=${entry#*:}
     timeout $((budget + 130)) python3 benchmarks/models/gpu_models.py --models $model --target h100 \
       --time-budget $budget --rounds 2 \

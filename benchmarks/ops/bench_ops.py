@@ -48,6 +48,8 @@ def suites(smoke: bool) -> dict[str, list[tuple[str, Task]]]:
                 "attention-parts": [("attn b1h2s32d16 mask", attention_task(1, 2, 32, 16, "float16", mask=True))],
                 "attention-masked": [("attn causal b1h2s32sk40d16 mask",
                                       attention_task(1, 2, 32, 16, "float16", seq_kv=40, causal=True, mask=True))],
+                "attention-gqa": [("attn gqa causal b1 h4 kv2 s32 d16",
+                                   attention_task(1, 4, 32, 16, "float16", kv_heads=2, causal=True))],
                 "conv": [("conv 3x3 b1 c8 10x10", conv2d_task(1, 8, 10, 10, 16, 3, 3, "float16", pad=1, nhwc=True))],
                 "fp32": [("gemm 40x48x32 fp32", gemm_task(40, 48, 32, "float32", trans_b=True))]}
     memory = [("softmax 16384x4096", softmax_task(16384, 4096, "float16")),
@@ -88,6 +90,12 @@ def suites(smoke: bool) -> dict[str, list[tuple[str, Task]]]:
         ("attn causal b4 h32 s2048 d128 mask", attention_task(4, 32, 2048, 128, "float16", causal=True, mask=True)),
         ("attn b32 h12 s200 d64 mask", attention_task(32, 12, 200, 64, "float16", mask=True)),
         ("attn b8 h12 s512 sk520 d64 mask", attention_task(8, 12, 512, 64, "float16", seq_kv=520, mask=True))]
+    # grouped-query causal prefill (not in the default suites): k and v with fewer heads, read before
+    # their repeat; the LLaMA of gpu_models.py (TinyLlama's width) and a Mistral-7B-like long prompt
+    attention_gqa = [
+        ("attn llama gqa causal b4 h32 kv4 s512 d64",
+         attention_task(4, 32, 512, 64, "float16", kv_heads=4, causal=True)),
+        ("attn gqa causal b1 h32 kv8 s4096 d128", attention_task(1, 32, 4096, 128, "float16", kv_heads=8, causal=True))]
     # ResNet-50's convolutions at batch 32 in NHWC, as portkern's Triton graph has them (BN folded
     # into the bias, ReLU fused as in its blocks); the baseline is cuDNN on channels-last tensors
     conv = [(f"conv {kh}x{kh} s{stride} c{c} oc{oc} {hw}x{hw} nhwc",
@@ -101,7 +109,7 @@ def suites(smoke: bool) -> dict[str, list[tuple[str, Task]]]:
               for m, n, k in ((4096, 768, 768), (4096, 3072, 768), (4096, 768, 3072))),
             ("attn b8 h12 s512 d64 fp32", attention_task(8, 12, 512, 64, "float32"))]
     return {"memory": memory, "gemv": gemv, "gemm": gemm, "gemm-epilogue": gemm_epilogue, "attention": attention,
-            "attention-parts": attention_parts, "attention-masked": attention_masked,
+            "attention-parts": attention_parts, "attention-masked": attention_masked, "attention-gqa": attention_gqa,
             "conv": conv, "fp32": fp32}
 
 

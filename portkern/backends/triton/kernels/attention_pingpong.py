@@ -20,7 +20,8 @@ change. The attention suite through the search on an H100 (h100-ops-attention-tm
 0.99x, 0.96x and 1.10x SDPA on those two and causal b4 h32 s2048 d128. In SASS ptxas waits for a
 turn's p v before its softmax's exponentials: forcing the overlap back measured 0.97-1.00x.
 
-fp16/bf16, head dim up to 128, sm_90 (wgmma, TMA, setmaxnreg); causal is bottom-right; an additive
+fp16/bf16, head dim up to 128, sm_90 (wgmma, TMA, setmaxnreg); causal is bottom-right; grouped-query
+attention reads key/value head h // group for query head h (k and v before their repeat); an additive
 mask (broadcast through zero strides) comes a key block at a time, by TMA with K where its rows are
 whole 16-byte rows (_mask_by_tma), else read by the consumers; q, k and v come through TMA,
 zero-filled past every edge: each one's head dim must be its buffer's last axis, rows 16-byte
@@ -66,8 +67,6 @@ def constraints(task, config, target):
         return f"wgmma, TMA and setmaxnreg as used here need sm_90, the target is {target.profile.arch}"
     if task.dtype not in _GL_DTYPES:
         return f"attention_pingpong multiplies float16/bfloat16, not {task.dtype}"
-    if _kv_group(task) != 1:
-        return "grouped key/value heads: this kernel reads one key/value head per query head"
     head_dim = _logical(task, 0)[-1]
     if head_dim > _MAX_HEAD_DIM:
         return f"head dim {head_dim} > {_MAX_HEAD_DIM}: a consumer's accumulator and scores would spill"
@@ -274,9 +273,11 @@ def _key_step(j, carry, q, s_zero, ring, turns, masks, HAS_MASK: gl.constexpr, C
 
 
 @gluon.jit
-def _pingpong_producer(args, which: gl.constexpr, CAUSAL: gl.constexpr, MASK_TMA: gl.constexpr):
+def _pingpong_producer(args, which: gl.constexpr, CAUSAL: gl.constexpr, MASK_TMA: gl.constexpr,
+                       KV_GROUP: gl.constexpr):
     """One warp: for each tile of this program, both consumers' query rows into a free Q buffer
-    (two: the next tile's are in place while this one runs), then each key block's K and V into
+    (two: the next tile's are in place while this one runs), then each key block's K and V (of
+    key/value head h // KV_GROUP: grouped-query attention's k and v before their repeat) into
     the ring, a slot's K (V) refilled once both consumers have released that K (V). With MASK_TMA,
     each consumer's mask tile of the block comes with its K, into that slot of the consumer's mask
     ring; it is read until the block's softmax, so the slot waits for its V's release too."""
@@ -318,11 +319,11 @@ def _pingpong_producer(args, which: gl.constexpr, CAUSAL: gl.constexpr, MASK_TMA
                                                         k_bars.index(slot), mask_tiles[1 + half].index(slot))
                 else:
                     mbarrier.expect(k_bars.index(slot), k_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(k_desc, [b, h, j * block_n, 0], k_bars.index(slot),
+                tma.async_copy_global_to_shared(k_desc, [b, h // KV_GROUP, j * block_n, 0], k_bars.index(slot),
                                                 k_smem.index(slot))
                 mbarrier.wait(v_free.index(slot), phase)
                 mbarrier.expect(v_bars.index(slot), v_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(v_desc, [b, h, j * block_n, 0], v_bars.index(slot),
+                tma.async_copy_global_to_shared(v_desc, [b, h // KV_GROUP, j * block_n, 0], v_bars.index(slot),
                                                 v_smem.index(slot))
             kv_count += n_blocks
             tile_count += 1
@@ -439,7 +440,7 @@ def _pingpong_consumer(args, which: gl.constexpr, CAUSAL: gl.constexpr, HAS_MASK
 def _attention_pingpong(q_desc, k_desc, v_desc, o_desc, m_desc, m_ptr, n_row_blocks, units, H, S, SK, scale_log2,
                         sm_b, sm_h, sm_s, sm_k, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                         HAS_MASK: gl.constexpr, EVEN_KEYS: gl.constexpr, MASK_ALIGN: gl.constexpr,
-                        MASK_TMA: gl.constexpr):
+                        MASK_TMA: gl.constexpr, KV_GROUP: gl.constexpr):
     """Programs from program_id by num_programs over the units of tiles (_tiles_in_unit; a head's
     n_row_blocks tiles of two consumers' rows, units in all): two consumer warpgroups and a
     producer warp each (warp specialization)."""
@@ -475,7 +476,7 @@ def _attention_pingpong(q_desc, k_desc, v_desc, o_desc, m_desc, m_ptr, n_row_blo
             (m_ptr, n_row_blocks, units, H, S, SK, scale_log2, sm_b, sm_h, sm_s, sm_k))
     gl.warp_specialize([(_pingpong_consumer, (args, 0, CAUSAL, HAS_MASK, EVEN_KEYS, MASK_ALIGN, MASK_TMA)),
                         (_pingpong_consumer, (args, 1, CAUSAL, HAS_MASK, EVEN_KEYS, MASK_ALIGN, MASK_TMA)),
-                        (_pingpong_producer, (args, 0, CAUSAL, MASK_TMA))], [4, 1],
+                        (_pingpong_producer, (args, 0, CAUSAL, MASK_TMA, KV_GROUP))], [4, 1],
                        [_CONSUMER_REGISTERS, _LOADER_REGISTERS])
 
 
@@ -514,4 +515,5 @@ def launch(task, config, inputs, outputs):
     _attention_pingpong[grid](q_desc, k_desc, v_desc, o_desc, m_desc, p.mask, row_blocks, units, p.heads, p.seq,
                               p.seq_kv, p.scale_log2, *p.strides[12:], STAGES=config["STAGES"],
                               CAUSAL=causal, HAS_MASK=p.has_mask, EVEN_KEYS=p.seq_kv % block_n == 0,
-                              MASK_ALIGN=mask_align, MASK_TMA=mask_tma, num_warps=4, maxnreg=_MAX_REGISTERS)
+                              MASK_ALIGN=mask_align, MASK_TMA=mask_tma, KV_GROUP=p.flags["KV_GROUP"], num_warps=4,
+                              maxnreg=_MAX_REGISTERS)
