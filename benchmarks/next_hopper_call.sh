@@ -14,7 +14,7 @@
 # the suites', the models' or the probe's JSON, and every step's output in steps.log; the priors
 # are rebuilt here the same way from the grid and table. With little device time left:
 # H200_ONLY=1 stops at once on an H100 (the call costs its start only), SUITES_ONLY=1 runs an H200's
-# suites alone (with the priors it has; about 330 s at most).
+# suites alone (with the priors it has; about 330 s at most), H200_SUITES names which (all three).
 set -uo pipefail
 GPU=$(python3 -c "import torch; print(torch.cuda.get_device_name())")
 case "$GPU" in *H200*) T=h200;; *) T=h100;; esac
@@ -49,9 +49,9 @@ suite() {  # name, trials, case seconds, budget seconds
   echo "$1 rc $?"; cat /tmp/ops.log >> "$LOG"; grep " portkern=" /tmp/ops.log
 }
 if [ "$T" = h200 ]; then
-  suite gemm-epilogue 8 30 60
-  suite attention 12 35 90
-  suite gemm 12 25 90
+  for name in ${H200_SUITES:-gemm-epilogue attention gemm}; do
+    case $name in gemm-epilogue) suite $name 8 30 60;; *) suite $name 12 35 90;; esac
+  done
 else  # the H100 ran the other suites, BERT's A/B and the fused decoders on 2026-12-07
   suite attention-gqa 16 60 130
   for entry in ${MODELS:-llama:200}; do  # model[:tuning seconds, 60 if not given]
