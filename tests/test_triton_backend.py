@@ -638,7 +638,8 @@ def test_grouped_query_attention_is_read_by_the_kernels_that_share_heads() -> No
     """LLaMA's grouped-query attention reaches the kernels with k and v before their heads are
     repeated: attention_flash, attention_splitkv and attention_pingpong read head h // group
     (test_triton_matrix runs the first two here and all three on a GPU); attention_pingpong's
-    producer loads that head's K and V by TMA, and it builds for sm_90 as on one head a query head."""
+    producer loads that head's K and V by TMA, and it builds for sm_90 as on one head a query head.
+    attention_flash's PACK_GQA (a tile of the group's query heads) builds without spills too."""
     backend = BACKENDS["sm_90"]
     task = synthetic.attention_task(4, 32, 512, 64, "float16", kv_heads=4, causal=True)
     assert task.inputs[1].shape == (4, 4, 512, 64)
@@ -648,3 +649,8 @@ def test_grouped_query_attention_is_read_by_the_kernels_that_share_heads() -> No
     assert backend.target_problem(Candidate.of(pingpong, pingpong.default), task) is None
     kernel = compile_for(Candidate.of(pingpong, pingpong.default), task, "sm_90")["kernels"][0]
     assert kernel["num_warps"] == 12 and _wait_groups(kernel) == {"0", "1"}
+    flash = next(v for v in builtin_variants() if v.name == "attention_flash")
+    for tma in (False, True):
+        packed = Candidate.of(flash, {**flash.default, "PACK_GQA": True, "BLOCK_M": 64, "BLOCK_N": 64, "TMA": tma})
+        assert backend.target_problem(packed, task) is None
+        assert compile_for(packed, task, "sm_90")["kernels"][0]["n_spills"] == 0

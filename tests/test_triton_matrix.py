@@ -163,6 +163,29 @@ def test_variant_matches_reference(name: str, dtype: str) -> None:
     assert served >= 2, f"{name} served fewer than two (task, config) pairs in {dtype}"
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("name", ["attention_flash", "attention_splitkv"])
+def test_attention_packs_a_groups_query_heads_into_one_tile(name: str, dtype: str) -> None:
+    """PACK_GQA: a tile's rows are a key/value head's group of query heads at fewer positions each
+    (row r: position r // group of head r % group), so causal edges, sequence ends, folded head
+    splits, a mask shared by the heads and (attention_splitkv) each split's per-head slots must
+    hold per row; what cannot be packed is refused."""
+    variant = VARIANTS[name]
+    packed = {**variant.default, "PACK_GQA": True, "BLOCK_N": 16}
+    for task, block_m in ((synthetic.attention_task(2, 4, 19, 16, dtype, kv_heads=2, causal=True), 16),
+                          (synthetic.attention_task(1, 8, 13, 16, dtype, seq_kv=21, kv_heads=2, mask=True), 32),
+                          (synthetic.attention_task(2, 4, 9, 16, dtype, kv_heads=1, packed_heads=True,
+                                                    causal=True), 16),
+                          (synthetic.attention_task(2, 8, 3, 16, dtype, seq_kv=40, kv_heads=2, causal=True), 16)):
+        run_gate(variant, {**packed, "BLOCK_M": block_m}, task)
+    refused = {why: BACKEND.check(Candidate.of(variant, {**packed, "BLOCK_M": 16}), task) for why, task in {
+        "one head a key/value head": synthetic.attention_task(1, 4, 16, 16, dtype),
+        "groups of 3 in 16 rows": synthetic.attention_task(1, 6, 16, 16, dtype, kv_heads=2),
+        "a mask per head": synthetic.attention_task(1, 4, 16, 16, dtype, kv_heads=2, mask=True,
+                                                    mask_shape=(1, 4, 16, 16))}.items()}
+    assert all(reason and "PACK_GQA" in reason for reason in refused.values()), refused
+
+
 def test_every_matrix_kind_has_variants() -> None:
     kinds = {v.kind for v in VARIANTS.values()}
     assert kinds == set(MATRIX_KINDS)

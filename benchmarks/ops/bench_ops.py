@@ -90,12 +90,15 @@ def suites(smoke: bool) -> dict[str, list[tuple[str, Task]]]:
         ("attn causal b4 h32 s2048 d128 mask", attention_task(4, 32, 2048, 128, "float16", causal=True, mask=True)),
         ("attn b32 h12 s200 d64 mask", attention_task(32, 12, 200, 64, "float16", mask=True)),
         ("attn b8 h12 s512 sk520 d64 mask", attention_task(8, 12, 512, 64, "float16", seq_kv=520, mask=True))]
-    # grouped-query causal prefill (not in the default suites): k and v with fewer heads, read before
-    # their repeat; the LLaMA of gpu_models.py (TinyLlama's width) and a Mistral-7B-like long prompt
+    # grouped-query attention (not in the default suites): k and v with fewer heads, read before their
+    # repeat; the LLaMA of gpu_models.py (TinyLlama's width), a Mistral-7B-like long prompt, and a
+    # LLaMA-3-8B-like decoding step at 4096 keys (one query position a head: PACK_GQA's case)
     attention_gqa = [
         ("attn llama gqa causal b4 h32 kv4 s512 d64",
          attention_task(4, 32, 512, 64, "float16", kv_heads=4, causal=True)),
-        ("attn gqa causal b1 h32 kv8 s4096 d128", attention_task(1, 32, 4096, 128, "float16", kv_heads=8, causal=True))]
+        ("attn gqa causal b1 h32 kv8 s4096 d128", attention_task(1, 32, 4096, 128, "float16", kv_heads=8, causal=True)),
+        ("attn gqa decode b8 h32 kv8 s1 sk4096 d128",
+         attention_task(8, 32, 1, 128, "float16", seq_kv=4096, kv_heads=8))]
     # ResNet-50's convolutions at batch 32 in NHWC, as portkern's Triton graph has them (BN folded
     # into the bias, ReLU fused as in its blocks); the baseline is cuDNN on channels-last tensors
     conv = [(f"conv {kh}x{kh} s{stride} c{c} oc{oc} {hw}x{hw} nhwc",

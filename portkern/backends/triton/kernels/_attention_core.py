@@ -27,6 +27,28 @@ def _kv_group(task):
     return _logical(task, 0)[1] // _logical(task, 2)[1]
 
 
+def _heads_per_tile(task, config):
+    """Query heads a program's rows come from: 1, or with PACK_GQA a key/value head's whole group
+    (FlashAttention-3's PackGQA), BLOCK_M / group positions of each, so every K and V block a
+    program loads serves the group. Where a head has fewer query positions than a tile has rows
+    (decoding, short prompts), the rows that were padding are the group's other heads, and K and V
+    are read once a group instead of once a query head."""
+    return _kv_group(task) if config["PACK_GQA"] else 1
+
+
+def _pack_problem(task, config):
+    """Why the group's heads cannot share a tile, or None."""
+    group = _kv_group(task)
+    if group == 1:
+        return "PACK_GQA: one query head a key/value head, nothing to pack"
+    if config["BLOCK_M"] % group:
+        return f"PACK_GQA: {config['BLOCK_M']} rows do not hold whole groups of {group} heads"
+    mask_shape = task.inputs[3].shape if task.attr("mask", False) else ()
+    if len(mask_shape) >= 3 and mask_shape[-3] != 1:
+        return "PACK_GQA: the mask differs by head (a tile's rows are several heads)"
+    return None
+
+
 def _head_dim_problem(task):
     head_dim = _logical(task, 0)[-1]
     if head_dim > MAX_HEAD_DIM:
@@ -77,15 +99,31 @@ class _AttentionProblem:
 
 
 @triton.jit
-def _query_tile(q_ptr, b, h, block, S, D, sq_b, sq_h, sq_s, sq_d, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
-    """The query block's rows and dims (with their in-range masks) and its q tile, zero past S and D."""
-    rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+def _tile_heads(program, H, PACK: tl.constexpr):
+    """(batch, first query head) of a program along the grid's (batch x head groups) axis: heads
+    one at a time, or PACK at a time (_heads_per_tile)."""
+    return program // (H // PACK), program % (H // PACK) * PACK
+
+
+@triton.jit
+def _query_tile(q_ptr, b, h, block, S, D, sq_b, sq_h, sq_s, sq_d, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+                PACK: tl.constexpr):
+    """The query block's rows (their positions), heads (h, or with PACK > 1 each row's: row r is
+    position r // PACK of head h + r % PACK), dims (with their in-range masks) and its q tile, zero
+    past S and D."""
+    tile_rows = tl.arange(0, BLOCK_M)
+    if PACK == 1:
+        rows = block * BLOCK_M + tile_rows
+        heads = h
+    else:
+        rows = block * (BLOCK_M // PACK) + tile_rows // PACK
+        heads = h + tile_rows % PACK
     dims = tl.arange(0, BLOCK_D)
     row_ok = rows < S
     dim_ok = dims < D
-    q = tl.load(q_ptr + b * sq_b + h * sq_h + rows[:, None] * sq_s + dims[None, :] * sq_d,
+    q = tl.load(q_ptr + b * sq_b + (heads * sq_h + rows * sq_s)[:, None] + dims[None, :] * sq_d,
                 mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
-    return rows, dims, row_ok, dim_ok, q
+    return rows, heads, dims, row_ok, dim_ok, q
 
 
 @triton.jit

@@ -2,9 +2,9 @@
 # include: attention_core
 # include: tma_rules
 
-SPACE = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64, 128], "TMA": [False, True], "num_warps": [2, 4, 8],
-         "num_stages": [1, 2, 3, 4]}
-DEFAULT = {"BLOCK_M": 64, "BLOCK_N": 32, "TMA": False, "num_warps": 4, "num_stages": 2}
+SPACE = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64, 128], "TMA": [False, True],
+         "PACK_GQA": [False, True], "num_warps": [2, 4, 8], "num_stages": [1, 2, 3, 4]}
+DEFAULT = {"BLOCK_M": 64, "BLOCK_N": 32, "TMA": False, "PACK_GQA": False, "num_warps": 4, "num_stages": 2}
 
 
 def _tma_kv_problem(task, target):
@@ -34,7 +34,8 @@ def _kv_descriptors(p, block_n):
 
 def constraints(task, config, target):
     return (_dot_precision_problem(task, target) or _head_dim_problem(task)
-            or (config["TMA"] and _tma_kv_problem(task, target)) or _register_problem(task, config, target) or None)
+            or (config["TMA"] and _tma_kv_problem(task, target))
+            or (config["PACK_GQA"] and _pack_problem(task, config)) or _register_problem(task, config, target) or None)
 
 
 def shared_memory(task, config):
@@ -47,30 +48,36 @@ def _flash_attention(q_ptr, k_ptr, v_ptr, k_desc, v_desc, mask_ptr, o_ptr, H, S,
                      sm_b, sm_h, sm_s, sm_k, so_b, so_h, so_s, so_d,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                      HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, KV_GROUP: tl.constexpr,
-                     TMA: tl.constexpr, K_TRANSPOSED: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                     PACK: tl.constexpr, TMA: tl.constexpr, K_TRANSPOSED: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """Program (block, b * H / PACK + g): query heads [g * PACK, (g + 1) * PACK), BLOCK_M / PACK
+    positions of each from block * BLOCK_M / PACK, row r of the tile being position r // PACK of the
+    group's head r % PACK (_heads_per_tile)."""
+    POSITIONS: tl.constexpr = BLOCK_M // PACK
     block = tl.program_id(0)
-    b32 = tl.program_id(1) // H
+    b32, h = _tile_heads(tl.program_id(1), H, PACK)
     b = b32.to(tl.int64)
-    h = tl.program_id(1) % H
     kv = h // KV_GROUP
-    rows, dims, row_ok, dim_ok, q = _query_tile(q_ptr, b, h, block, S, D, sq_b, sq_h, sq_s, sq_d, BLOCK_M, BLOCK_D)
+    rows, heads, dims, row_ok, dim_ok, q = _query_tile(q_ptr, b, h, block, S, D, sq_b, sq_h, sq_s, sq_d, BLOCK_M,
+                                                       BLOCK_D, PACK)
+    # a packed tile's mask is one for all its heads (_pack_problem): read at its first head
     acc, row_max, row_sum = _attend(q, k_ptr + b * sk_b + kv * sk_h, v_ptr + b * sv_b + kv * sv_h,
-                                    mask_ptr + b * sm_b + h * sm_h, block * BLOCK_M, rows, row_ok, dims,
-                                    dim_ok, 0, _causal_end(block, SK, S, BLOCK_M, CAUSAL), S, SK, scale_log2,
+                                    mask_ptr + b * sm_b + h * sm_h, block * POSITIONS, rows, row_ok, dims,
+                                    dim_ok, 0, _causal_end(block, SK, S, POSITIONS, CAUSAL), S, SK, scale_log2,
                                     sk_s, sk_d, sv_s, sv_d, sm_s, sm_k, (k_desc, v_desc), b32, kv, BLOCK_M,
                                     BLOCK_N, BLOCK_D, HAS_MASK, CAUSAL, EVEN_D, TMA, K_TRANSPOSED, DOT_PRECISION)
     out = acc / row_sum[:, None]
-    tl.store(o_ptr + b * so_b + h * so_h + rows[:, None] * so_s + dims[None, :] * so_d,
+    tl.store(o_ptr + b * so_b + (heads * so_h + rows * so_s)[:, None] + dims[None, :] * so_d,
              out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & dim_ok[None, :])
 
 
 def launch(task, config, inputs, outputs):
     p = _AttentionProblem(task, inputs, outputs)
     out = p.out
-    grid = (triton.cdiv(p.seq, config["BLOCK_M"]), p.batch * p.heads)
+    pack = _heads_per_tile(task, config)
+    grid = (triton.cdiv(p.seq, config["BLOCK_M"] // pack), p.batch * p.heads // pack)
     # without TMA the descriptor slots take a placeholder pointer the kernel never reads
     k_desc, v_desc = _kv_descriptors(p, config["BLOCK_N"]) if config["TMA"] else p.tensors[1:3]
     _flash_attention[grid](*p.tensors[:3], k_desc, v_desc, p.mask, out, p.heads, p.seq, p.seq_kv, p.head_dim,
-                           p.scale_log2, *p.strides, *out.stride(), BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"],
-                           **p.flags, TMA=config["TMA"], K_TRANSPOSED=p.k_transposed,
-                           num_warps=config["num_warps"], num_stages=config["num_stages"])
+                           p.scale_log2, *p.strides, *out.stride(), BLOCK_M=config["BLOCK_M"],
+                           BLOCK_N=config["BLOCK_N"], **p.flags, PACK=pack, TMA=config["TMA"],
+                           K_TRANSPOSED=p.k_transposed, num_warps=config["num_warps"], num_stages=config["num_stages"])

@@ -5,7 +5,8 @@ Here SPLITS programs share the keys of each (query block, head): each runs the s
 softmax over its key chunk and writes its unnormalised output, running max and running sum to a
 workspace (`scratch`); a second pass merges the splits in order, rescaling each to the common
 max. Deterministic, no atomics. A split with no visible key (short Sk, causal) contributes
-nothing. Mask, causal, k_transposed and perms as in attention_flash.
+nothing. Mask, causal, k_transposed, perms and PACK_GQA (a decoding step's one query position a
+head fills a tile with its group's heads) as in attention_flash.
 """
 import math
 
@@ -18,8 +19,8 @@ KIND = "attention"
 PRECISION = "fp32"
 DOT_PRECISION = "ieee"
 SPACE = {"BLOCK_M": [16, 32, 64], "BLOCK_N": [16, 32, 64, 128], "SPLITS": [2, 4, 8, 16, 32],
-         "num_warps": [2, 4, 8], "num_stages": [1, 2, 3]}
-DEFAULT = {"BLOCK_M": 16, "BLOCK_N": 64, "SPLITS": 8, "num_warps": 4, "num_stages": 2}
+         "PACK_GQA": [False, True], "num_warps": [2, 4, 8], "num_stages": [1, 2, 3]}
+DEFAULT = {"BLOCK_M": 16, "BLOCK_N": 64, "SPLITS": 8, "PACK_GQA": False, "num_warps": 4, "num_stages": 2}
 MAX_QUERIES = 128  # beyond this, query blocks alone fill the machine: use attention_flash
 
 
@@ -31,7 +32,8 @@ def constraints(task, config, target):
     seq = _logical(task, 0)[2]
     if seq > MAX_QUERIES:
         return f"{seq} queries fill the machine without splitting the keys (at most {MAX_QUERIES})"
-    return _head_dim_problem(task) or _register_problem(task, config, target)
+    return (_head_dim_problem(task) or (config["PACK_GQA"] and _pack_problem(task, config))
+            or _register_problem(task, config, target))
 
 
 def shared_memory(task, config):
@@ -50,20 +52,26 @@ def _attention_split(q_ptr, k_ptr, v_ptr, mask_ptr, acc_ptr, max_ptr, sum_ptr, H
                      scale_log2, sq_b, sq_h, sq_s, sq_d, sk_b, sk_h, sk_s, sk_d, sv_b, sv_h, sv_s, sv_d,
                      sm_b, sm_h, sm_s, sm_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_D: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr,
-                     EVEN_D: tl.constexpr, KV_GROUP: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    block, bh, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    b = (bh // H).to(tl.int64)
-    h = bh % H
+                     EVEN_D: tl.constexpr, KV_GROUP: tl.constexpr, PACK: tl.constexpr,
+                     DOT_PRECISION: tl.constexpr):
+    """Program (block, b * H / PACK + g, split): attention_flash's tile of query heads [g * PACK,
+    (g + 1) * PACK) over the split's key chunk, its partial results in the (split, b * H + head, row)
+    slots the merge reads."""
+    POSITIONS: tl.constexpr = BLOCK_M // PACK
+    block, split = tl.program_id(0), tl.program_id(2)
+    b32, h = _tile_heads(tl.program_id(1), H, PACK)
+    b = b32.to(tl.int64)
     kv = h // KV_GROUP
-    rows, dims, row_ok, dim_ok, q = _query_tile(q_ptr, b, h, block, S, D, sq_b, sq_h, sq_s, sq_d, BLOCK_M, BLOCK_D)
+    rows, heads, dims, row_ok, dim_ok, q = _query_tile(q_ptr, b, h, block, S, D, sq_b, sq_h, sq_s, sq_d, BLOCK_M,
+                                                       BLOCK_D, PACK)
     key_lo = split * chunk
-    key_hi = tl.minimum(key_lo + chunk, _causal_end(block, SK, S, BLOCK_M, CAUSAL))
+    key_hi = tl.minimum(key_lo + chunk, _causal_end(block, SK, S, POSITIONS, CAUSAL))
     acc, row_max, row_sum = _attend(q, k_ptr + b * sk_b + kv * sk_h, v_ptr + b * sv_b + kv * sv_h,
-                                    mask_ptr + b * sm_b + h * sm_h, block * BLOCK_M, rows, row_ok, dims,
+                                    mask_ptr + b * sm_b + h * sm_h, block * POSITIONS, rows, row_ok, dims,
                                     dim_ok, key_lo, key_hi, S, SK, scale_log2, sk_s, sk_d, sv_s, sv_d, sm_s,
                                     sm_k, None, b, h, BLOCK_M, BLOCK_N, BLOCK_D, HAS_MASK, CAUSAL, EVEN_D, False,
                                     False, DOT_PRECISION)
-    slots = (split * tl.num_programs(1) + bh).to(tl.int64) * S + rows  # (split, b*h, row)
+    slots = (split * tl.num_programs(1) * PACK + b32 * H + heads).to(tl.int64) * S + rows  # (split, b*h, row)
     tl.store(max_ptr + slots, row_max, mask=row_ok)
     tl.store(sum_ptr + slots, row_sum, mask=row_ok)
     tl.store(acc_ptr + slots[:, None] * D + dims[None, :], acc, mask=row_ok[:, None] & dim_ok[None, :])
@@ -103,12 +111,13 @@ def _attention_merge(acc_ptr, max_ptr, sum_ptr, o_ptr, H, S, D, so_b, so_h, so_s
 def launch(task, config, inputs, outputs):
     p = _AttentionProblem(task, inputs, outputs)
     out, acc, row_max, row_sum = p.out, outputs[1], outputs[2], outputs[3]
-    splits, block_m = config["SPLITS"], config["BLOCK_M"]
+    splits, block_m, pack = config["SPLITS"], config["BLOCK_M"], _heads_per_tile(task, config)
     blocks = triton.cdiv(p.seq, block_m)
-    _attention_split[(blocks, p.batch * p.heads, splits)](
+    _attention_split[(triton.cdiv(p.seq, block_m // pack), p.batch * p.heads // pack, splits)](
         *p.tensors[:3], p.mask, acc, row_max, row_sum, p.heads, p.seq, p.seq_kv, p.head_dim,
         _chunk(p.seq_kv, splits, config["BLOCK_N"]), p.scale_log2, *p.strides, BLOCK_M=block_m,
-        BLOCK_N=config["BLOCK_N"], **p.flags, num_warps=config["num_warps"], num_stages=config["num_stages"])
+        BLOCK_N=config["BLOCK_N"], **p.flags, PACK=pack, num_warps=config["num_warps"],
+        num_stages=config["num_stages"])
     _attention_merge[(blocks, p.batch * p.heads)](
         acc, row_max, row_sum, out, p.heads, p.seq, p.head_dim, *out.stride(), SPLITS=splits,
         BLOCK_M=block_m, BLOCK_D=p.flags["BLOCK_D"], num_warps=config["num_warps"])
