@@ -8,7 +8,8 @@
 # priors. On an H100 (run's kinds serve for each other): the attention cases of the GPU matrix
 # (attention_pingpong reads grouped key/value heads since 2026-12-07: checked on a GPU first), the
 # attention-gqa suite through the search beside SDPA, then the models of gpu_models.py in $MODELS,
-# each as model[:tuning seconds] (default: the LLaMA at 200 s, its attention grouped-query), then,
+# each as model[:tuning seconds] (default: the LLaMA's decoding step at 90 s: 1 query over 1024 keys,
+# grouped, where PACK_GQA and the skinny GEMMs matter; not measured yet), then,
 # with PROBE=1, the in-sequence probe of BERT's FFN GEMM. Each step has its own timeout, so one
 # that hangs costs only itself. What comes back (at most 8 files): device.txt, the grid, the table,
 # the suites', the models' or the probe's JSON, and every step's output in steps.log; the priors
@@ -54,7 +55,7 @@ if [ "$T" = h200 ]; then
   done
 else  # the H100 ran the other suites, BERT's A/B and the fused decoders on 2026-12-07
   suite attention-gqa 16 60 130
-  for entry in ${MODELS:-llama:200}; do  # model[:tuning seconds, 60 if not given]
+  for entry in ${MODELS:-llama-decode:90}; do  # model[:tuning seconds, 60 if not given]
     model=${entry%%:*}; budget=60; [ "$entry" != "$model" ] && budget=${entry#*:}
     timeout $((budget + 130)) python3 benchmarks/models/gpu_models.py --models $model --target h100 \
       --time-budget $budget --rounds 2 \

@@ -10,6 +10,9 @@
              22 layers (a 0.5 GB fp16 ONNX file); batch 4 x seq 512 (causal mask built in the graph)
   pythia     transformers GPTNeoXModel at Pythia-160M: 12 layers, 768 wide, 12 heads, MLP 3072, rotary
              on a quarter of each head (partial rotary), parallel attention and MLP; batch 8 x seq 512
+  llama-decode  the llama above, one decoding step: batch 8, one new token a sequence after a
+             key/value cache of 1023 positions (each layer's past keys and values are inputs, the
+             graph concatenates the new ones: attention of 1 query over 1024 keys, skinny GEMMs)
 gpt2, vit-base, llama and pythia are built by one builder from their transformers config and model classes
 (eager attention, no key/value cache), take their one input (input_ids or pixel_values) and return
 last_hidden_state: shapes nobody tuned portkern for. portkern tunes each model within a time budget,
@@ -53,6 +56,7 @@ import argparse
 import copy
 import datetime
 import functools
+import inspect
 import json
 import shutil
 import statistics
@@ -109,6 +113,7 @@ class TransformersSpec:
     batch: int
     model_args: dict[str, Any] = field(default_factory=dict)  # the model class's own arguments
     output: str = "last_hidden_state"  # the output field exported and timed
+    cache: int = 0  # > 0: a decoding step after this many cached positions, each layer's keys and values inputs
 
 
 # GPT-2 small: 12 layers, 768 wide, 12 heads, the causal mask built in the graph, GELU written out
@@ -149,7 +154,9 @@ PYTHIA_SMOKE = TransformersSpec("GPTNeoXConfig", "GPTNeoXModel", dict(num_hidden
                                 "input_ids", (16,), batch=2)
 TRANSFORMERS_MODELS = {  # name: (full size, --smoke stand-in)
     "gpt2": (GPT2_SMALL, GPT2_SMOKE), "vit-base": (VIT_B16, VIT_SMOKE), "llama": (LLAMA_4L, LLAMA_SMOKE),
-    "pythia": (PYTHIA_160M, PYTHIA_SMOKE)}
+    "pythia": (PYTHIA_160M, PYTHIA_SMOKE),
+    "llama-decode": (replace(LLAMA_4L, example=(1,), batch=8, cache=1023),
+                     replace(LLAMA_SMOKE, example=(1,), cache=15))}
 
 
 @dataclass
@@ -186,12 +193,37 @@ class _TokensField(_Field):
         return getattr(self.model(input_ids, attention_mask=torch.ones_like(input_ids)), self.field)
 
 
+class _DecodingStep(_Field):
+    """One decoding step: token ids of the new position and each layer's cached keys and values in
+    (past_key_<i>, past_value_<i>, (batch, key/value heads, cache, head dim)), a transformers
+    DynamicCache made of them, so the graph concatenates each layer's new key and value to its
+    cache and attends over both, as a decoder with a cache exports."""
+
+    def forward(self, input_ids: torch.Tensor, *past: torch.Tensor) -> torch.Tensor:
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        for layer in range(len(past) // 2):
+            cache.update(past[2 * layer], past[2 * layer + 1], layer)
+        # transformers renamed past_key_values to cache (the old name deprecated since about 5.2x)
+        name = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+        return getattr(self.model(input_ids, use_cache=True, **{name: cache}), self.field)
+
+
+def _cache_inputs(spec: TransformersSpec, config: Any, batch: int) -> dict[str, tuple[int, ...]]:
+    """Each layer's past keys and values and their shapes, in the decoding step's input order."""
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    shape = (batch, heads, spec.cache, config.hidden_size // config.num_attention_heads)
+    return {f"past_{kind}_{layer}": shape for layer in range(config.num_hidden_layers) for kind in ("key", "value")}
+
+
 def transformers_model(name: str, spec: TransformersSpec, dtype: str, device: torch.device,
                        folder: Path) -> ModelUnderTest:
     """spec's transformers model (random init, seed 0) with eager attention (plain ONNX ops; a
     decoder's causal mask and position ids are built in the graph from the token ids alone), no
     key/value cache, wrapped as export_hf does to take its one input and return one output field as a
     plain tensor; exported at batch 1 with a dynamic batch axis from the very module that is timed.
+    With spec.cache, a decoding step instead (_DecodingStep), exported at its batch.
     Beside it, a copy of the same weights with transformers' SDPA attention where the model takes it."""
     import transformers
 
@@ -202,17 +234,21 @@ def transformers_model(name: str, spec: TransformersSpec, dtype: str, device: to
     model = getattr(transformers, spec.model)(config, **spec.model_args)
     torch_dtype = getattr(torch, dtype)
     tokens = spec.input.endswith("_ids")
-    module = (_TokensField if tokens else _Field)(model, spec.output).eval().to(device=device, dtype=torch_dtype)
+    wrapper = _DecodingStep if spec.cache else _TokensField if tokens else _Field
+    module = wrapper(model, spec.output).eval().to(device=device, dtype=torch_dtype)
+    batch = spec.batch if spec.cache else 1
     if tokens:
-        example = torch.randint(0, min(config.vocab_size, 100), (1, *spec.example), device=device)
+        example = torch.randint(0, min(config.vocab_size, 100), (batch, *spec.example), device=device)
     else:
         example = torch.randn(1, *spec.example, device=device, dtype=torch_dtype)
+    past = _cache_inputs(spec, config, batch) if spec.cache else {}
+    examples = (example, *(torch.randn(shape, device=device, dtype=torch_dtype) for shape in past.values()))
     path = folder / f"{name}-{dtype}.onnx"
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the legacy exporter's deprecation and tracer notes
-        torch.onnx.export(module, (example,), str(path), input_names=[spec.input], output_names=[spec.output],
-                          dynamic_axes={spec.input: {0: "batch"}, spec.output: {0: "batch"}}, opset_version=17,
-                          dynamo=False)
+        torch.onnx.export(module, examples, str(path), input_names=[spec.input, *past],
+                          output_names=[spec.output], opset_version=17, dynamo=False,
+                          dynamic_axes={} if spec.cache else {spec.input: {0: "batch"}, spec.output: {0: "batch"}})
     extra: dict[str, torch.nn.Module] = {}
     sdpa = copy.deepcopy(module)  # its own config: the exported module stays eager
     if getattr(sdpa.model, "_supports_sdpa", False):
@@ -221,9 +257,10 @@ def transformers_model(name: str, spec: TransformersSpec, dtype: str, device: to
             extra["torch_eager_sdpa"] = sdpa
     sizes = ", ".join(f"{key}={value}" for key, value in spec.sizes.items())
     shape = (spec.batch, *spec.example)
+    step = f", one decoding step after {spec.cache} cached positions" if spec.cache else ""
     return ModelUnderTest(name, f"{spec.model}({sizes}) {spec.output}, {spec.input} "
-                          f"{' x '.join(map(str, shape))}, {dtype}, random init, eager attention",
-                          path, {spec.input: shape}, module, extra)
+                          f"{' x '.join(map(str, shape))}{step}, {dtype}, random init, eager attention",
+                          path, {spec.input: shape, **past}, module, extra)
 
 
 class TinyResNet(torch.nn.Module):
@@ -469,7 +506,8 @@ def main() -> int:
                         help="comma-separated: bert-base (BertModel L12 H768, batch 32 x seq 128), resnet50 "
                              "(batch 32 x 3 x 224 x 224), gpt2 (GPT2Model, GPT-2 small, batch 8 x seq 512), vit-base "
                              "(ViTModel B/16, batch 32 x 3 x 224 x 224), llama (LlamaModel at TinyLlama-1.1B's width, "
-                             "4 layers, batch 4 x seq 512)")
+                             "4 layers, batch 4 x seq 512), pythia, llama-decode (one decoding step of that "
+                             "llama, batch 8, 1023 cached positions)")
     parser.add_argument("--target", default="h200")
     parser.add_argument("--time-budget", type=float, default=240.0, help="portkern's tuning budget per model, s")
     parser.add_argument("--trials", type=int, default=200)
