@@ -5,12 +5,11 @@
 # On an H200: the FFN-epilogue grid and gemm_wgmma's table (neither has run on an H200), written
 # under benchmarks/results/ with their final names (and copied to $OUT), the h200 priors rebuilt
 # from them beside the tables h200.jsonl already names, then the tuned suites seeded by those
-# priors. On an H100 (run's kinds serve for each other): the attention cases of the GPU matrix
-# (attention_pingpong reads grouped key/value heads since 2026-12-07: checked on a GPU first), the
-# attention-gqa suite through the search beside SDPA, then the models of gpu_models.py in $MODELS,
-# each as model[:tuning seconds] (default: the LLaMA's decoding step at 90 s: 1 query over 1024 keys,
-# grouped, where PACK_GQA and the skinny GEMMs matter; not measured yet), then,
-# with PROBE=1, the in-sequence probe of BERT's FFN GEMM. Each step has its own timeout, so one
+# priors. On an H100 (run's kinds serve for each other): the attention-gqa suite through the search
+# beside SDPA (its decoding step is PACK_GQA's case; every candidate passes the gate there), then
+# the models of gpu_models.py in $MODELS, each as model[:tuning seconds] (default: the LLaMA's
+# decoding step at 90 s, 1 grouped query over 1024 keys and skinny GEMMs; neither measured yet),
+# then, with PROBE=1, the in-sequence probe of BERT's FFN GEMM. Each step has its own timeout, so one
 # that hangs costs only itself. What comes back (at most 8 files): device.txt, the grid, the table,
 # the suites', the models' or the probe's JSON, and every step's output in steps.log; the priors
 # are rebuilt here the same way from the grid and table. With little device time left:
@@ -25,12 +24,6 @@ echo "== $GPU: target $T"
 [ "${H200_ONLY:-0}" = 1 ] && [ "$T" != h200 ] && { echo "H200_ONLY: not an H200, nothing run"; exit 0; }
 LOG=$OUT/steps.log
 keep() { cp "$1" "$OUT/"; }
-# on an H100 (the H200's agenda fills its call): attention_pingpong on grouped key/value heads,
-# checked on the GPU by the matrix, then timed by the search on the attention-gqa suite
-if [ "$T" != h200 ]; then
-  timeout 200 python3 -m pytest -q -x tests/test_triton_matrix.py -k attention > /tmp/matrix.log 2>&1
-  echo "matrix rc $?"; cat /tmp/matrix.log >> "$LOG"; tail -3 /tmp/matrix.log
-fi
 if [ "$T" = h200 ] && [ "${SUITES_ONLY:-0}" != 1 ]; then
   GRID=$R/h200-grid-gemm-epilogue-$DAY.json
   TABLE=$R/h200-table-wgmma-$DAY.json
