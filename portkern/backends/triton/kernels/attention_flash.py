@@ -4,8 +4,8 @@ A program owns BLOCK_M query rows of one (batch, head), or with PACK_GQA (groupe
 the rows of a key/value head's whole group of query heads at BLOCK_M / group positions each
 (FlashAttention-3's PackGQA: where a head has fewer positions than a tile has rows, the padding
 rows become the group's other heads, and K and V are read once a group), and walks the keys
-BLOCK_N at a time with an online softmax (running max and sum, rescaled in the exp2 domain), so the S x Sk score matrix
-never reaches memory. The mask is additive and broadcast through zero strides; causal masking is
+BLOCK_N at a time with an online softmax (running max and sum, rescaled in the exp2 domain), so
+the S x Sk score matrix never reaches memory. The mask is additive and broadcast through zero strides; causal masking is
 bottom-right aligned and skips key blocks that are fully masked; k_transposed and the folded
 head-split/merge Transposes (perms) are strides. TMA reads the K and V tiles through 4-D tensor
 descriptors (sm_90: asynchronous copies, no address arithmetic, edges zero-filled by the copy).
