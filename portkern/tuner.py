@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import sys
 import time
@@ -21,7 +20,7 @@ import numpy as np
 from .backends import get_backend
 from .backends.base import Backend, Candidate, Variant
 from .errors import PortkernError
-from .hwprofile import Target, load_target
+from .hwprofile import Target, load_target, usable_cores
 from .ir import Graph
 from .measure import MeasureOptions, device_inputs, one_blas_thread, time_program
 from .models import random_feeds
@@ -306,7 +305,7 @@ def _run_tune(model_path: Path, options: TuneOptions, out: Path | None,
         # a core each for the tuner, the measuring worker and the compile workers, and one to spare:
         # then the workers' start-up (imports, device set-up) overlaps the profiling; never on a
         # small host, where it would slow the baseline being timed
-        if (os.cpu_count() or 1) >= options.compile_workers + 3:
+        if usable_cores() >= options.compile_workers + 3:
             for worker in (runner, pool):
                 if isinstance(worker, (IsolatedRunner, CompilePool)):
                     worker.start()
@@ -488,7 +487,7 @@ def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, 
         new: list[Variant] = resumed
         resumed = []
         for proposer in proposers if not new else ():
-            offered = [v for v in proposer.propose(task, backend, feedback)
+            offered = [backend.for_task(v, task) for v in proposer.propose(task, backend, feedback)
                        if v.name not in feedback.library and variant_admitted(v, task, options)]
             if offered and proposer.name not in used:
                 used.append(proposer.name)

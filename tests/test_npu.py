@@ -711,6 +711,10 @@ def test_staging_knob_is_refused_where_it_means_nothing(npu: NpuBackend) -> None
     assert "no vector epilogue" in (npu.check(_candidate(npu, plain, STAGING="output"), plain) or "")
     wide = gemm_task(256, 256, 64, "float32", residual=True)
     assert "fp32 already" in (npu.check(_candidate(npu, wide, BLOCK_N=128, STAGING="output"), wide) or "")
+    # so an fp32 output's search has the one choice (fixed()); an fp16 one keeps both
+    assert {v.name: v for v in npu.variants(wide)}["npu_gemm"].space["STAGING"] == ("float32",)
+    half = gemm_task(4096, 768, 768, "float16", residual=True)
+    assert {v.name: v for v in npu.variants(half)}["npu_gemm"].space["STAGING"] == ("float32", "output")
     # fp16 staging halves the UB row: a 128-lane tile is then 256 B, under the 512 B rule
     residual = gemm_task(4096, 768, 768, "float16", bias=True, residual=True)
     reason = npu.check(_candidate(npu, residual, BLOCK_M=128, BLOCK_N=128, STAGING="output"), residual)

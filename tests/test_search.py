@@ -133,6 +133,24 @@ def test_rules_proposer_widens_past_the_edge(backend) -> None:
     assert space_size(derived) < space_size([variant]) * 3
 
 
+def test_a_pinned_parameter_stays_pinned_and_its_study_is_its_own(backend) -> None:
+    """NUM_SMS, which the target decides (one choice), is no edge for the rules to widen; a space
+    that differs only in a pinned choice is another study (Optuna keeps one set of choices a name)."""
+    from portkern.search.records import TrialRecord
+
+    task = gemm_task(512, 512, 256, "float16", trans_b=True)
+    variant = next(v for v in backend.variants(task) if v.name == "gemm_persistent")
+    assert variant.space["NUM_SMS"] == (backend.target.profile.cores,)
+    best = TrialRecord(task_key=task.key, backend="triton", variant=variant.name, origin="builtin",
+                       config={**variant.default, "BLOCK_M": 256}, candidate_key="k", status="ok")
+    derived = RulesProposer().propose(task, backend, Feedback(floor_seconds=1e-9, baseline_seconds=None, best=best,
+                                                             library={variant.name: variant}, round=1))
+    assert len(derived) == 1 and 512 in derived[0].space["BLOCK_M"]
+    assert derived[0].space["NUM_SMS"] == variant.space["NUM_SMS"]
+    unpinned = dataclasses.replace(variant, space={**variant.space, "NUM_SMS": (108, 132)})
+    assert study_name(task, backend.name, [variant]) != study_name(task, backend.name, [unpinned])
+
+
 @pytest.mark.skipif(not os.environ.get("PORTKERN_TEST_POSTGRES"), reason="no PostgreSQL configured "
                     "(.ci/run starts one and sets PORTKERN_TEST_POSTGRES)")
 def test_two_workers_share_a_postgres_study(backend, tmp_path: Path) -> None:

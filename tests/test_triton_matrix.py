@@ -12,6 +12,7 @@ in test_triton_backend.py.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from typing import Any, Callable
@@ -186,6 +187,21 @@ def test_attention_packs_a_groups_query_heads_into_one_tile(name: str, dtype: st
     assert all(reason and "PACK_GQA" in reason for reason in refused.values()), refused
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_attention_runs_its_heaviest_causal_blocks_first(dtype: str) -> None:
+    """HEAVY_FIRST: query blocks in reverse over a swapped grid; every block still lands on its own
+    rows and heads (several blocks and heads, a partial last block, a causal offset with more keys
+    than queries, packed heads). Without a causal mask no order is heavier: it is pinned off."""
+    variant = VARIANTS["attention_flash"]
+    config = {**variant.default, "HEAVY_FIRST": True, "BLOCK_M": 16, "BLOCK_N": 16}
+    for task, pack in ((synthetic.attention_task(2, 3, 37, 16, dtype, causal=True, mask=True), False),
+                       (synthetic.attention_task(1, 2, 21, 16, dtype, seq_kv=50, causal=True), False),
+                       (synthetic.attention_task(2, 4, 19, 16, dtype, kv_heads=2, causal=True), True)):
+        run_gate(variant, {**config, "PACK_GQA": pack}, task)
+    offered = _offered(BACKEND, synthetic.attention_task(1, 2, 21, 16, dtype, mask=True))
+    assert offered["attention_flash"].space["HEAVY_FIRST"] == (False,)
+
+
 def test_every_matrix_kind_has_variants() -> None:
     kinds = {v.kind for v in VARIANTS.values()}
     assert kinds == set(MATRIX_KINDS)
@@ -210,6 +226,56 @@ def test_gemv_tensor_core_rows_refuse_the_lane_reduction() -> None:
     reason = BACKEND.check(Candidate.of(variant, {**variant.default, "REDUCE": "end", "SPLIT_K": 1}), task)
     assert reason is not None and "tensor cores" in reason
     assert _valid(variant, {**variant.default, "REDUCE": "step", "SPLIT_K": 1}, task)
+
+
+def _offered(backend: Any, task: Task) -> dict[str, Variant]:
+    return {v.name: v for v in backend.variants(task)}
+
+
+def test_a_task_and_target_pin_the_choices_they_decide() -> None:
+    """fixed(task, target): a choice no configuration could use here is not in the space the search
+    draws from (nor flipped to after each new best); where the task could use it, it stays."""
+    plain = _offered(BACKEND, synthetic.attention_task(1, 4, 19, 16, "float16"))
+    grouped = _offered(BACKEND, synthetic.attention_task(1, 4, 19, 16, "float16", kv_heads=2))
+    for name in ("attention_flash", "attention_splitkv"):
+        assert plain[name].space["PACK_GQA"] == (False,) and grouped[name].space["PACK_GQA"] == (False, True)
+    assert grouped["attention_flash"].space["TMA"] == (False, True)
+    on_ampere = _offered(get_backend(load_target("a100")), synthetic.attention_task(1, 4, 19, 16, "float16"))
+    assert on_ampere["attention_flash"].space["TMA"] == (False,)
+    skinny, tall = (synthetic.gemm_task(m, 64, 64, "float16", trans_b=True) for m in (4, 16))
+    assert _offered(BACKEND, skinny)["gemm_gemv"].space["REDUCE"] == ("step", "end")
+    assert _offered(BACKEND, tall)["gemm_gemv"].space["REDUCE"] == ("step",)
+    misaligned = _offered(BACKEND, synthetic.gemm_task(37, 50, 70, "float16", bias=True))
+    assert misaligned["gemm_tma_staged"].space["TMA_STORE"] == (False,)
+    assert _offered(BACKEND, synthetic.gemm_task(37, 64, 70, "float16"))["gemm_tma_staged"].space["TMA_STORE"] == (
+        False, True)
+
+
+@pytest.mark.parametrize("decides, pinned", [
+    ("return {'BLOCK_N': 32}", (32,)),
+    ("return {'NOT_A_PARAMETER': 1}", None),  # a proposal's mistakes leave its space as it was
+    ("raise ValueError('no')", None),
+])
+def test_a_proposed_module_pins_only_what_its_fixed_decides(decides: str, pinned: tuple | None) -> None:
+    base = VARIANTS["gemm_tiled"]
+    proposal = dataclasses.replace(base, name="gemm_tiled~llm-1", origin="llm",
+                                   source=f"{base.source}\n\ndef fixed(task, target):\n    {decides}\n")
+    narrowed = BACKEND.for_task(proposal, synthetic.gemm_task(37, 50, 70, "float16"))
+    assert narrowed.space["BLOCK_N"] == (pinned or base.space["BLOCK_N"])
+    assert narrowed.default["BLOCK_N"] == (pinned[0] if pinned else base.default["BLOCK_N"])
+
+
+def test_persistent_gemms_run_one_program_an_sm_of_any_count() -> None:
+    """NUM_SMS is the target's SM count, also where SPACE does not list it (an H100 PCIe's 114):
+    the persistent GEMMs are offered there, pinned to it, and their default passes the check."""
+    profile = dataclasses.replace(load_target("h100").profile, cores=114)
+    backend = get_backend(dataclasses.replace(load_target("h100"), profile=profile))
+    task = synthetic.gemm_task(256, 256, 128, "float16", trans_b=True)
+    offered = _offered(backend, task)
+    for name in ("gemm_persistent", "gemm_tma"):
+        assert offered[name].space["NUM_SMS"] == (114,) and offered[name].default["NUM_SMS"] == 114
+        assert backend.check(Candidate.of(offered[name], offered[name].default), task) is None
+    assert _offered(BACKEND, task)["gemm_tma"].space["NUM_SMS"] == (132,)
 
 
 @pytest.mark.parametrize("activation", ["gelu", "gelu_tanh", "silu", "sigmoid", "tanh"])

@@ -175,6 +175,11 @@ class Backend(ABC):
     def variants(self, task: Task) -> list[Variant]:
         """The built-in variants that implement this task on this backend (may be empty)."""
 
+    def for_task(self, variant: Variant, task: Task) -> Variant:
+        """The variant as the search draws it for this task: the source-based backends pin the
+        parameters a module's fixed(task, target) decides (kernel_module.narrowed); here, as is."""
+        return variant
+
     @abstractmethod
     def compile(self, candidate: Candidate, task: Task) -> Artifact:
         """Build a candidate; raise CompileError with the compiler's words on failure."""

@@ -8,6 +8,7 @@ Built-in variants, rule-derived variants and LLM proposals are all this: a modul
     DEFAULT = {"BLOCK_M": 64, ...}      # a configuration that is valid for typical shapes
     def constraints(task, config, target): -> str | None   # why a config cannot work, or None
     def launch(task, config, inputs, outputs): ...         # run it (backend-specific buffers)
+    def fixed(task, target): -> dict    # optional: parameters the task and target decide alone
 
 The header is read without executing anything (literals only). A static check admits only the
 contract's imports and rejects anything that could cheat the gate or escape the sandbox.
@@ -15,6 +16,7 @@ contract's imports and rejects anything that could cheat the gate or escape the 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 import types
 from typing import Any, Callable, Iterable
@@ -190,3 +192,24 @@ def load_module(variant: Variant, allowed_imports: Iterable[str]) -> types.Modul
     module.__file__ = filename
     exec(compile(variant.source, filename, "exec"), module.__dict__)  # noqa: S102 - checked above
     return module
+
+
+def narrowed(variant: Variant, load: Callable[[Variant], types.ModuleType], task: Any, target: Any) -> Variant:
+    """The variant as the search draws it for this task: each parameter its module's optional
+    fixed(task, target) decides is pinned to that value (it may lie outside SPACE's choices, e.g. a
+    persistent kernel's program count, which is the target's SM count). A choice no configuration
+    could use on this task and target (a switch for grouped heads on a task without them, TMA on a
+    target without it) would otherwise be drawn, refused and flipped back after every new best.
+    A module that fails to load or to decide (a proposal's) is searched as it is: its constraints
+    still refuse what cannot run, and the backend's check says why it does not load."""
+    try:
+        decide = getattr(load(variant), "fixed", None)
+        pinned = decide(task, target) if decide is not None else {}
+    except Exception:  # noqa: BLE001 - untrusted source: its failure shows where it is checked
+        return variant
+    if not isinstance(pinned, dict) or not set(pinned) <= set(variant.space):
+        return variant
+    if all(variant.space[name] == (value,) for name, value in pinned.items()):
+        return variant
+    space = {name: (pinned[name],) if name in pinned else choices for name, choices in variant.space.items()}
+    return dataclasses.replace(variant, space=space, default={**variant.default, **pinned})

@@ -80,7 +80,8 @@ class RulesProposer(Proposer):
         for param, choices in base.space.items():
             value = best.config[param]
             numeric = [c for c in choices if isinstance(c, int) and not isinstance(c, bool)]
-            if len(numeric) != len(choices) or not numeric or value not in numeric:
+            # one choice is a value the task and target decide (kernel_module.narrowed), not an edge
+            if len(choices) == 1 or len(numeric) != len(choices) or not numeric or value not in numeric:
                 space[param] = (value,)
                 continue
             local = {value}

@@ -146,10 +146,11 @@ def switch_neighbours(candidate: Candidate) -> list[dict[str, Any]]:
 
 
 def study_name(task: Task, backend: str, variants: Sequence[Variant]) -> str:
-    """A changed variant library is a new study (its space changed); records still dedupe."""
+    """A changed variant library is a new study (its space changed: its source, its parameters or
+    their choices, which the task and target can pin); records still dedupe."""
     import hashlib
 
-    blob = json.dumps(sorted((v.name, v.source_hash, sorted(v.space)) for v in variants))
+    blob = json.dumps(sorted((v.name, v.source_hash, sorted(v.space.items())) for v in variants), default=str)
     return f"{task.key}:{backend}:{hashlib.sha256(blob.encode()).hexdigest()[:10]}"
 
 

@@ -25,7 +25,7 @@ from ...hwprofile import Target
 from ...ir import TensorSpec
 from ...tasks import Task
 from ..base import Artifact, Backend, Candidate, CompileError, Program, Variant
-from ..kernel_module import KernelSourceError, expand_includes, variant_from_source
+from ..kernel_module import KernelSourceError, expand_includes, narrowed, variant_from_source
 from ..triton.modules import ALLOWED_IMPORTS, interpreted_language, kernel_module
 from .simulator import COST_MODEL_VERSION, Chip, Estimate, Schedule, ScheduleError, simulate, violations
 
@@ -101,8 +101,11 @@ class NpuBackend(Backend):
         for name, source in self.builtin_sources().items():
             variant = variant_from_source(f"npu_{name}", source, self.name, "builtin", ALLOWED_IMPORTS)
             if variant.kind == task.kind and self._serves(variant, task):
-                found.append(variant)
+                found.append(self.for_task(variant, task))
         return found
+
+    def for_task(self, variant: Variant, task: Task) -> Variant:
+        return narrowed(variant, self._module, task, self.target)
 
     def _serves(self, variant: Variant, task: Task) -> bool:
         """A module's optional serves(task, target): a variant no configuration of which could run

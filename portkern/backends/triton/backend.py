@@ -60,7 +60,7 @@ from ...hwprofile import HwProfile, Target
 from ...ir import Node, TensorSpec
 from ...tasks import Task, upcast_float
 from ..base import Artifact, Backend, Candidate, CompileError, Program, StretchPiece, Variant
-from ..kernel_module import KernelSourceError, variant_from_source
+from ..kernel_module import KernelSourceError, narrowed, variant_from_source
 from . import baselines, codegen, glue
 from .compile_only import ARCH_TARGETS, bundle, compile_for, compiler_message, kernel_report, summarize
 from .modules import (ALLOWED_IMPORTS, BACKEND_NAME, builtin_variants, interpreted_language, kernel_module,
@@ -139,8 +139,12 @@ class TritonBackend(Backend):
             except codegen.ExprError:
                 pass  # a step the generator does not know: no generated variant, the baseline runs
         valid = self.check if runnable_here else self.target_problem
+        found = [self.for_task(v, task) for v in found]
         return [v for v in found if any(valid(Candidate.of(v, config), task) is None
                                         for config in _default_and_neighbours(v))]
+
+    def for_task(self, variant: Variant, task: Task) -> Variant:
+        return narrowed(variant, lambda v: kernel_module(v, interpret=not self.on_gpu), task, self.target)
 
     def check(self, candidate: Candidate, task: Task) -> str | None:
         reason = self.target_problem(candidate, task)

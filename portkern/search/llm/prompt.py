@@ -297,6 +297,7 @@ def build_prompt(task: Task, backend: Backend, feedback: Feedback, examples: Seq
     sections += ["", "## Your job",
                  "Write a new kernel module for this task that passes the gate and is faster than the best so "
                  "far (closer to the floor). Declare a SPACE of parameters worth searching; constraints() "
-                 "must reject configurations the target cannot run."]
+                 "must reject configurations the target cannot run; an optional fixed(task, target) returns "
+                 "the parameters this task and target decide alone (they are not searched)."]
     return [{"role": "system", "content": _system_message(backend)},
             {"role": "user", "content": "\n".join(sections)}]

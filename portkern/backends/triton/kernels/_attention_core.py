@@ -36,17 +36,27 @@ def _heads_per_tile(task, config):
     return _kv_group(task) if config["PACK_GQA"] else 1
 
 
-def _pack_problem(task, config):
-    """Why the group's heads cannot share a tile, or None."""
-    group = _kv_group(task)
-    if group == 1:
+def _task_pack_problem(task):
+    """Why no tile of this task, whatever its size, can hold several heads, or None."""
+    if _kv_group(task) == 1:
         return "PACK_GQA: one query head a key/value head, nothing to pack"
-    if config["BLOCK_M"] % group:
-        return f"PACK_GQA: {config['BLOCK_M']} rows do not hold whole groups of {group} heads"
     mask_shape = task.inputs[3].shape if task.attr("mask", False) else ()
     if len(mask_shape) >= 3 and mask_shape[-3] != 1:
         return "PACK_GQA: the mask differs by head (a tile's rows are several heads)"
     return None
+
+
+def _pack_problem(task, config):
+    """Why the group's heads cannot share this config's tile, or None."""
+    problem = _task_pack_problem(task)
+    if problem is None and config["BLOCK_M"] % _kv_group(task):
+        problem = f"PACK_GQA: {config['BLOCK_M']} rows do not hold whole groups of {_kv_group(task)} heads"
+    return problem
+
+
+def _pack_fixed(task):
+    """PACK_GQA pinned off where the task has no group to pack (fixed())."""
+    return {"PACK_GQA": False} if _task_pack_problem(task) else {}
 
 
 def _head_dim_problem(task):

@@ -3,8 +3,9 @@
 # include: tma_rules
 
 SPACE = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64, 128], "TMA": [False, True],
-         "PACK_GQA": [False, True], "num_warps": [2, 4, 8], "num_stages": [1, 2, 3, 4]}
-DEFAULT = {"BLOCK_M": 64, "BLOCK_N": 32, "TMA": False, "PACK_GQA": False, "num_warps": 4, "num_stages": 2}
+         "PACK_GQA": [False, True], "HEAVY_FIRST": [False, True], "num_warps": [2, 4, 8], "num_stages": [1, 2, 3, 4]}
+DEFAULT = {"BLOCK_M": 64, "BLOCK_N": 32, "TMA": False, "PACK_GQA": False, "HEAVY_FIRST": False, "num_warps": 4,
+           "num_stages": 2}
 
 
 def _tma_kv_problem(task, target):
@@ -32,6 +33,13 @@ def _kv_descriptors(p, block_n):
             TensorDescriptor(v, list(v.shape), list(v.stride()), [1, 1, block_n, block_d]))
 
 
+def fixed(task, target):
+    """PACK_GQA and TMA off where the task or target rules them out for every tile; HEAVY_FIRST
+    off without a causal mask (every query block reads every key: no order is heavier)."""
+    return {**_pack_fixed(task), **({"TMA": False} if _tma_kv_problem(task, target) else {}),
+            **({} if task.attr("causal", False) else {"HEAVY_FIRST": False})}
+
+
 def constraints(task, config, target):
     return (_dot_precision_problem(task, target) or _head_dim_problem(task)
             or (config["TMA"] and _tma_kv_problem(task, target))
@@ -48,13 +56,21 @@ def _flash_attention(q_ptr, k_ptr, v_ptr, k_desc, v_desc, mask_ptr, o_ptr, H, S,
                      sm_b, sm_h, sm_s, sm_k, so_b, so_h, so_s, so_d,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                      HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, KV_GROUP: tl.constexpr,
-                     PACK: tl.constexpr, TMA: tl.constexpr, K_TRANSPOSED: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                     PACK: tl.constexpr, TMA: tl.constexpr, K_TRANSPOSED: tl.constexpr,
+                     HEAVY_FIRST: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """Program (block, b * H / PACK + g): query heads [g * PACK, (g + 1) * PACK), BLOCK_M / PACK
     positions of each from block * BLOCK_M / PACK, row r of the tile being position r // PACK of the
-    group's head r % PACK (_heads_per_tile)."""
+    group's head r % PACK (_heads_per_tile). HEAVY_FIRST swaps the grid's axes and reverses the
+    blocks: the hardware starts programs in grid order, so every head's last (causal: longest) query
+    blocks start first and the lightest fill the last wave, as FlashAttention's schedulers order
+    causal tiles (longest processing time first)."""
     POSITIONS: tl.constexpr = BLOCK_M // PACK
-    block = tl.program_id(0)
-    b32, h = _tile_heads(tl.program_id(1), H, PACK)
+    if HEAVY_FIRST:
+        block = tl.num_programs(1) - 1 - tl.program_id(1)
+        b32, h = _tile_heads(tl.program_id(0), H, PACK)
+    else:
+        block = tl.program_id(0)
+        b32, h = _tile_heads(tl.program_id(1), H, PACK)
     b = b32.to(tl.int64)
     kv = h // KV_GROUP
     rows, heads, dims, row_ok, dim_ok, q = _query_tile(q_ptr, b, h, block, S, D, sq_b, sq_h, sq_s, sq_d, BLOCK_M,
@@ -75,9 +91,11 @@ def launch(task, config, inputs, outputs):
     out = p.out
     pack = _heads_per_tile(task, config)
     grid = (triton.cdiv(p.seq, config["BLOCK_M"] // pack), p.batch * p.heads // pack)
+    if config["HEAVY_FIRST"]:
+        grid = grid[::-1]
     # without TMA the descriptor slots take a placeholder pointer the kernel never reads
     k_desc, v_desc = _kv_descriptors(p, config["BLOCK_N"]) if config["TMA"] else p.tensors[1:3]
     _flash_attention[grid](*p.tensors[:3], k_desc, v_desc, p.mask, out, p.heads, p.seq, p.seq_kv, p.head_dim,
                            p.scale_log2, *p.strides, *out.stride(), BLOCK_M=config["BLOCK_M"],
                            BLOCK_N=config["BLOCK_N"], **p.flags, PACK=pack, TMA=config["TMA"],
-                           K_TRANSPOSED=p.k_transposed, num_warps=config["num_warps"], num_stages=config["num_stages"])
+                           K_TRANSPOSED=p.k_transposed, HEAVY_FIRST=config["HEAVY_FIRST"], num_warps=config["num_warps"], num_stages=config["num_stages"])

@@ -44,6 +44,11 @@ def _gemm_dims(task):
     return math.prod(a[:-1]), out[-1], a[-1]
 
 
+def _one_program_an_sm(target):
+    """NUM_SMS as a persistent kernel's fixed() pins it: the target's SM count, whatever SPACE lists."""
+    return {"NUM_SMS": target.profile.cores}
+
+
 def _sms_problem(config, target):
     """Persistent programs are launched one per SM: NUM_SMS is the target's count, nothing else."""
     if config["NUM_SMS"] != target.profile.cores:

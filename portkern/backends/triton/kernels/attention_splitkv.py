@@ -28,6 +28,10 @@ def _chunk(seq_kv, splits, block_n):
     return triton.cdiv(triton.cdiv(seq_kv, splits), block_n) * block_n
 
 
+def fixed(task, target):
+    return _pack_fixed(task)
+
+
 def constraints(task, config, target):
     seq = _logical(task, 0)[2]
     if seq > MAX_QUERIES:

@@ -35,6 +35,11 @@ def _m_pad(M):
     return max(1, triton.next_power_of_2(M))
 
 
+def fixed(task, target):
+    """From DOT_ROWS rows tl.dot reduces over K: REDUCE is 'step'."""
+    return {"REDUCE": "step"} if _m_pad(_gemm_dims(task)[0]) >= DOT_ROWS else {}
+
+
 def constraints(task, config, target):
     M, N, K = _gemm_dims(task)
     if M > MAX_ROWS:

@@ -2,7 +2,8 @@
 
 Launch overhead and tail effects shrink when there are many small tiles; NUM_SMS must be the
 target's SM count (the kernel module cannot see the target at launch, so it is a parameter that
-`constraints` pins). Same fused epilogue and exact fp32 products as gemm_tiled.
+fixed() pins to the target's count and `constraints` checks). Same fused epilogue and exact fp32
+products as gemm_tiled.
 """
 import math
 
@@ -14,10 +15,14 @@ import triton.language as tl
 KIND = "gemm"
 PRECISION = "fp32"
 SPACE = {"BLOCK_M": [64, 128, 256], "BLOCK_N": [64, 128, 256], "BLOCK_K": [16, 32, 64, 128],
-         "GROUP_M": [1, 8, 16], "NUM_SMS": [58, 108, 132, 304], "num_warps": [4, 8],
+         "GROUP_M": [1, 8, 16], "NUM_SMS": [132], "num_warps": [4, 8],
          "num_stages": [2, 3, 4, 5]}
 DEFAULT = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "NUM_SMS": 132, "num_warps": 8,
            "num_stages": 3}
+
+
+def fixed(task, target):
+    return _one_program_an_sm(target)
 
 
 def constraints(task, config, target):
