@@ -464,20 +464,27 @@ def slice_arguments(node: Node, inputs: Sequence[Any]) -> list[tuple[int, int, i
     return list(zip(starts, ends, axes, steps))
 
 
-def one_axis_slice(node: Node, constants: Mapping[str, np.ndarray],
-                   shape: Sequence[int]) -> tuple[int, int, int] | None:
-    """(axis, start, end) of a Slice of an input of `shape` that cuts one axis with unit steps and
+def one_axis_cut(node: Node, constants: Mapping[str, np.ndarray],
+                 shape: Sequence[int]) -> tuple[int, int, int, int] | None:
+    """(axis, start, end, step) of a Slice of an input of `shape` that cuts one axis forwards with
     constant bounds, the axis non-negative and the bounds resolved as Python's slicing does (ONNX's
     are the same); None for any other Slice."""
     if node.op_type != "Slice" or any(name and name not in constants for name in node.inputs[1:]):
         return None
     cuts = slice_arguments(node, [None, *(constants.get(name) if name else None for name in node.inputs[1:])])
-    if len(cuts) != 1 or cuts[0][3] != 1:
+    if len(cuts) != 1 or cuts[0][3] < 1:
         return None
-    start, end, axis, _ = cuts[0]
+    start, end, axis, step = cuts[0]
     axis %= len(shape)
-    start, end, _ = slice(start, end).indices(shape[axis])
-    return axis, start, end
+    start, end, _ = slice(start, end, step).indices(shape[axis])
+    return axis, start, end, step
+
+
+def one_axis_slice(node: Node, constants: Mapping[str, np.ndarray],
+                   shape: Sequence[int]) -> tuple[int, int, int] | None:
+    """(axis, start, end) of a one_axis_cut with unit steps; None for any other Slice."""
+    cut = one_axis_cut(node, constants, shape)
+    return cut[:3] if cut is not None and cut[3] == 1 else None
 
 
 @_register("Slice")

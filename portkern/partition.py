@@ -39,7 +39,9 @@ Patterns (kinds and kernel signatures are in tasks.py):
               task on the input's dtype)
   softmax     Softmax over the last axis (outside attention)
   rotary      Add(Mul(x, cos), Mul(Concat(Neg(Slice(x, D/2:)), Slice(x, :D/2)), sin)) over the last
-              axis (transformers' apply_rotary_pos_emb), with fuse_rotary (a backend with a rotary
+              axis (transformers' apply_rotary_pos_emb), or with the columns rotated in pairs,
+              Reshape(Concat(Unsqueeze(Neg(x[..., 1::2])), Unsqueeze(x[..., ::2]))) (GPT-J, RoFormer:
+              attrs["interleaved"]), with fuse_rotary (a backend with a rotary
               kernel); with fold_attention_transposes the head-split Transpose before it is folded
               in (attrs["perm"]), so the heads are rotated in place and written where attention reads.
               A partial rotary (GPT-NeoX, Phi) rotates the Slice x[..., :R] of the heads and Concats
@@ -84,7 +86,7 @@ from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
 import ml_dtypes
 import numpy as np
 
-from .executor import _explicit_pads, one_axis_slice
+from .executor import _explicit_pads, one_axis_cut
 from .ir import Graph, Node, TensorSpec, connected_groups
 from .layout import NHWC_OPS, ONNX_OF, channels_last, conv1d_as_2d, is_channels_last
 from .rewrites import collapse_layout_chains, reassociate_residuals, split_projections
@@ -1139,17 +1141,22 @@ def _match_matmul(ctx: _Context, node: Node) -> _Match | None:
     return _match_attention(ctx, node) or _match_gemm(ctx, node) or _match_bmm(ctx, node)
 
 
-def _last_axis_range(ctx: _Context, node: Node) -> tuple[int, int] | None:
-    """[start, end) of a Slice that cuts only the last axis, with unit steps, bounds in range."""
+def _last_axis_cut(ctx: _Context, node: Node) -> tuple[int, int, int] | None:
+    """[start, end) and step of a Slice that cuts only the last axis, forwards, bounds in range."""
     shape = ctx.shape(node.inputs[0])
-    cut = one_axis_slice(node, ctx.graph.constants, shape)
+    cut = one_axis_cut(node, ctx.graph.constants, shape)
     return cut[1:] if cut is not None and cut[0] == len(shape) - 1 else None
 
 
-def _match_rotary(ctx: _Context, concat: Node) -> _Match | None:
-    """x * cos + rotate_half(x) * sin (see the module docstring), anchored at rotate_half's Concat."""
-    if not ctx.fuse_rotary or len(concat.inputs) != 2:
-        return None
+def _last_axis_range(ctx: _Context, node: Node) -> tuple[int, int] | None:
+    """[start, end) of a Slice that cuts only the last axis, with unit steps, bounds in range."""
+    cut = _last_axis_cut(ctx, node)
+    return cut[:2] if cut is not None and cut[2] == 1 else None
+
+
+def _rotate_half(ctx: _Context, concat: Node) -> tuple[str, list[Node], str] | None:
+    """(x, the nodes, the rotated value) where `concat` is Concat(Neg(x[..., D/2:]), x[..., :D/2])
+    over the last axis (transformers' rotate_half)."""
     shape = ctx.shape(concat.outputs[0])
     if len(shape) != 4 or shape[-1] % 2 or int(concat.attrs.get("axis", 0)) % 4 != 3:
         return None
@@ -1164,8 +1171,47 @@ def _match_rotary(ctx: _Context, concat: Node) -> _Match | None:
             or _last_axis_range(ctx, first) != (0, half) or _last_axis_range(ctx, second) != (half, 2 * half) \
             or ctx.shape(x) != shape:
         return None
-    rotated_mul = ctx.sole_user(concat.outputs[0], "Mul")
-    sin = ctx.other_input(rotated_mul, concat.outputs[0]) if rotated_mul else None
+    return x, [first, second, neg, concat], concat.outputs[0]
+
+
+def _rotate_pairs(ctx: _Context, concat: Node) -> tuple[str, list[Node], str] | None:
+    """(x, the nodes, the rotated value) where `concat` and the Reshape after it are
+    stack((-x[..., 1::2], x[..., ::2]), -1).flatten(-2) (GPT-J's and RoFormer's rotate_every_two:
+    each even column paired with the odd one after it)."""
+    shape = ctx.shape(concat.outputs[0])
+    if len(shape) != 5 or shape[-1] != 2 or int(concat.attrs.get("axis", 0)) % 5 != 4:
+        return None
+    lifted = [ctx.producer.get(name) for name in concat.inputs]
+    if any(node is None or node.op_type != "Unsqueeze" or ctx.sole_user(node.outputs[0]) is not concat
+           or ctx.shape(node.inputs[0]) != shape[:-1] for node in lifted):
+        return None
+    neg, even = (ctx.producer.get(node.inputs[0]) for node in lifted)
+    if neg is None or neg.op_type != "Neg" or even is None or ctx.sole_user(neg.outputs[0]) is not lifted[0] \
+            or ctx.sole_user(even.outputs[0]) is not lifted[1]:
+        return None
+    odd = ctx.producer.get(neg.inputs[0])
+    x = even.inputs[0]
+    flat = ctx.sole_user(concat.outputs[0], "Reshape")
+    width = 2 * shape[-2]
+    if odd is None or odd.inputs[0] != x or ctx.sole_user(odd.outputs[0]) is not neg or flat is None \
+            or _last_axis_cut(ctx, even) != (0, width, 2) or _last_axis_cut(ctx, odd) != (1, width, 2) \
+            or ctx.shape(x) != shape[:3] + (width,) or ctx.shape(flat.outputs[0]) != ctx.shape(x):
+        return None
+    return x, [even, odd, neg, *lifted, concat, flat], flat.outputs[0]
+
+
+def _match_rotary(ctx: _Context, concat: Node) -> _Match | None:
+    """x * cos + rotate(x) * sin (see the module docstring), anchored at the rotation's Concat."""
+    if not ctx.fuse_rotary or len(concat.inputs) != 2:
+        return None
+    half = _rotate_half(ctx, concat)
+    found = half or _rotate_pairs(ctx, concat)
+    if found is None:
+        return None
+    x, nodes, rotated = found
+    shape = ctx.shape(x)
+    rotated_mul = ctx.sole_user(rotated, "Mul")
+    sin = ctx.other_input(rotated_mul, rotated) if rotated_mul else None
     add = ctx.sole_user(rotated_mul.outputs[0], *_ADDS) if rotated_mul else None
     other = ctx.other_input(add, rotated_mul.outputs[0]) if add and rotated_mul else None
     x_mul = ctx.producer.get(other) if other else None
@@ -1173,9 +1219,9 @@ def _match_rotary(ctx: _Context, concat: Node) -> _Match | None:
     if sin is None or cos is None or ctx.sole_user(x_mul.outputs[0]) is not add \
             or any(not _broadcasts_to(ctx.shape(angle), shape) for angle in (cos, sin)):
         return None
-    nodes = [first, second, neg, concat, rotated_mul, x_mul, add]
-    attrs: dict[str, Any] = {}
-    readers, out = [first, second, x_mul], add.outputs[0]
+    readers, out = [*(node for node in nodes if x in node.inputs), x_mul], add.outputs[0]
+    nodes = [*nodes, rotated_mul, x_mul, add]
+    attrs: dict[str, Any] = {} if half else {"interleaved": True}
     partial = _partial_rotary(ctx, x, readers, out)
     if partial is not None:
         cut, passed, join = partial

@@ -235,12 +235,15 @@ def rmsnorm_task(rows: int, cols: int, dtype: str = "float32", eps: float = 1e-6
 
 
 def rotary_graph(batch: int, heads: int, seq: int, dim: int, dtype: str = "float32", *,
-                 packed_heads: bool = False, per_example: bool = False, rotary_dims: int | None = None) -> Graph:
+                 packed_heads: bool = False, per_example: bool = False, rotary_dims: int | None = None,
+                 interleaved: bool = False) -> Graph:
     """x * cos + rotate_half(x) * sin as transformers' apply_rotary_pos_emb writes it (two Slices
     of the last axis, Neg, Concat), cos and sin (1, 1, S, R) (per_example: (B, 1, S, R)).
     packed_heads: x arrives as (B, S, H, D) through the head-split Transpose a backend that folds
     attention transposes folds in. rotary_dims R < D: a partial rotary as GPT-NeoX writes it, the
-    first R columns of each head (a Slice) rotated and Concatenated with the other D - R."""
+    first R columns of each head (a Slice) rotated and Concatenated with the other D - R.
+    interleaved: GPT-J's rotate_every_two instead, stack((-x[..., 1::2], x[..., ::2]), -1) flattened
+    (two strided Slices, Neg, two Unsqueezes, a Concat and a Reshape)."""
     rotated_dims = dim if rotary_dims is None else rotary_dims
     if rotated_dims % 2 or not 0 < rotated_dims <= dim:
         raise SyntheticTaskError(f"rotary embeddings rotate halves of 2..{dim} columns, not {rotated_dims}")
@@ -251,17 +254,25 @@ def rotary_graph(batch: int, heads: int, seq: int, dim: int, dtype: str = "float
     else:
         heads_value = builder.input("x", shape)
 
-    def last_axis(value: str, start: int, end: int) -> str:
-        bounds = [builder.constant(np.array([bound]), "int64") for bound in (start, end, -1)]
-        return builder.op("Slice", [value, *bounds], (batch, heads, seq, end - start))
+    def last_axis(value: str, start: int, end: int, step: int = 1) -> str:
+        bounds = [builder.constant(np.array([bound]), "int64") for bound in (start, end, -1, step)]
+        return builder.op("Slice", [value, *bounds], (batch, heads, seq, len(range(start, end, step))))
 
     x = last_axis(heads_value, 0, rotated_dims) if rotated_dims < dim else heads_value
     part = (batch, heads, seq, rotated_dims)
     angles = (batch if per_example else 1, 1, seq, rotated_dims)
     cos, sin = builder.input("cos", angles), builder.input("sin", angles)
     half = (batch, heads, seq, rotated_dims // 2)
-    first, second = last_axis(x, 0, rotated_dims // 2), last_axis(x, rotated_dims // 2, rotated_dims)
-    rotated = builder.op("Concat", [builder.op("Neg", [second], half), first], part, axis=-1)
+    if interleaved:
+        pairs, last = (*half, 2), builder.constant(np.array([-1]), "int64")
+        even, odd = last_axis(x, 0, rotated_dims, 2), last_axis(x, 1, rotated_dims, 2)
+        lifted = [builder.op("Unsqueeze", [value, last], (*half, 1))
+                  for value in (builder.op("Neg", [odd], half), even)]
+        rotated = builder.op("Reshape", [builder.op("Concat", lifted, pairs, axis=-1),
+                                         builder.constant(np.array(part), "int64")], part)
+    else:
+        first, second = last_axis(x, 0, rotated_dims // 2), last_axis(x, rotated_dims // 2, rotated_dims)
+        rotated = builder.op("Concat", [builder.op("Neg", [second], half), first], part, axis=-1)
     out = builder.op("Add", [builder.op("Mul", [x, cos], part), builder.op("Mul", [rotated, sin], part)], part)
     if rotated_dims < dim:
         out = builder.op("Concat", [out, last_axis(heads_value, rotated_dims, dim)], shape, axis=-1)
@@ -269,11 +280,12 @@ def rotary_graph(batch: int, heads: int, seq: int, dim: int, dtype: str = "float
 
 
 def rotary_task(batch: int, heads: int, seq: int, dim: int, dtype: str = "float32", *,
-                packed_heads: bool = False, per_example: bool = False, rotary_dims: int | None = None) -> Task:
+                packed_heads: bool = False, per_example: bool = False, rotary_dims: int | None = None,
+                interleaved: bool = False) -> Task:
     """rotary_graph's one task, as a backend with a rotary kernel (and, packed_heads, folded
     attention transposes) partitions it."""
     graph = rotary_graph(batch, heads, seq, dim, dtype, packed_heads=packed_heads, per_example=per_example,
-                         rotary_dims=rotary_dims)
+                         rotary_dims=rotary_dims, interleaved=interleaved)
     return only_task(graph, fold_attention_transposes=packed_heads, fuse_rotary=True)
 
 

@@ -25,7 +25,8 @@ Kinds and their kernel signatures (inputs in this order; graph layouts, kernels 
              on the first R columns, the rest of x passed through (the rotary embedding of
              LLaMA-style attention; R < D is GPT-NeoX's and Phi's partial rotary); attrs:
              [rotary_dims R, absent: D], [perm]: x is buffer.permute(perm), the head split folded
-             in as for attention
+             in as for attention, [interleaved]: columns rotate in pairs (GPT-J, RoFormer), the
+             rotation being (-x[..., 1], x[..., 0]) of each pair (2i, 2i + 1)
   layernorm  x (...,N), gamma (N,), beta (N,) -> (...,N)       attrs: eps
   rmsnorm    x (...,N), gamma (N,) -> (...,N)                  attrs: eps
   elementwise  in0..inK (broadcastable) -> out                 attrs: expr (see partition.py)

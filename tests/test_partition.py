@@ -714,15 +714,20 @@ def test_grouped_query_attention_reads_the_key_value_heads_before_their_repeat(s
         np.testing.assert_allclose(attention.reference([q_value, k_value, v_value])[0], want, rtol=1e-12)
 
 
+@pytest.mark.parametrize("interleaved", [False, True], ids=["halves", "pairs"])
 @pytest.mark.parametrize("fuse", [True, False])
 @pytest.mark.parametrize("rotary_dims", [None, 4], ids=["whole_heads", "partial"])
-def test_rotary_embedding_is_one_task_where_the_backend_fuses_it(fuse: bool, rotary_dims: int | None) -> None:
+def test_rotary_embedding_is_one_task_where_the_backend_fuses_it(fuse: bool, rotary_dims: int | None,
+                                                                 interleaved: bool) -> None:
     """transformers' apply_rotary_pos_emb after the head split (Transpose, two Slices of the last
     axis, Neg, Concat, two Muls, Add): with a rotary kernel and folded transposes one rotary task
     reading the (B, S, H, D) projection buffer through its perm; without one, as before, the Slices,
     Neg and Concat stay glue and elementwise tasks. A partial rotary (GPT-NeoX: the first R columns
-    sliced, rotated and concatenated with the rest) is the same one task, its Slices and Concat in it."""
-    graph = synthetic.rotary_graph(2, 3, 5, 8, "float32", packed_heads=True, rotary_dims=rotary_dims)
+    sliced, rotated and concatenated with the rest) is the same one task, its Slices and Concat in it.
+    GPT-J's rotate_every_two (strided Slices, Unsqueezes, a Concat of pairs, a Reshape) likewise,
+    marked interleaved."""
+    graph = synthetic.rotary_graph(2, 3, 5, 8, "float32", packed_heads=True, rotary_dims=rotary_dims,
+                                   interleaved=interleaved)
     tasks = partition(graph, fold_attention_transposes=True, fuse_rotary=fuse)
     if not fuse:
         assert "rotary" not in [task.kind for task in tasks]
@@ -731,12 +736,18 @@ def test_rotary_embedding_is_one_task_where_the_backend_fuses_it(fuse: bool, rot
     task = tasks[0]
     assert task.input_names == ("x", "cos", "sin") and task.attr("perm") == (0, 2, 1, 3)
     assert task.attr("rotary_dims") == rotary_dims and task.outputs[0].shape == (2, 3, 5, 8)
+    assert task.attr("interleaved", False) == interleaved
     rng = np.random.default_rng(0)
     x, cos, sin = (rng.standard_normal(spec.shape) for spec in task.inputs)
     heads = x.transpose(0, 2, 1, 3)
     rotated = rotary_dims or heads.shape[-1]
     part, half = heads[..., :rotated], rotated // 2
-    turned = part * cos + np.concatenate([-part[..., half:], part[..., :half]], axis=-1) * sin
+    if interleaved:
+        pairs = part.reshape(*part.shape[:-1], half, 2)
+        swapped = np.stack([-pairs[..., 1], pairs[..., 0]], axis=-1).reshape(part.shape)
+    else:
+        swapped = np.concatenate([-part[..., half:], part[..., :half]], axis=-1)
+    turned = part * cos + swapped * sin
     want = np.concatenate([turned, heads[..., rotated:]], axis=-1)
     np.testing.assert_allclose(task.reference([x, cos, sin])[0], want, rtol=1e-12)
 

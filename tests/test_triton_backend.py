@@ -280,6 +280,7 @@ def test_bf16_is_refused_in_the_interpreter() -> None:
     synthetic.rmsnorm_task(3, 10, "float32"),
     synthetic.rotary_task(2, 3, 5, 8, "float32", packed_heads=True, per_example=True),
     synthetic.rotary_task(2, 3, 5, 16, "float32", packed_heads=True, rotary_dims=4),  # GPT-NeoX's partial
+    synthetic.rotary_task(2, 3, 5, 16, "float32", rotary_dims=8, interleaved=True),  # GPT-J's
     synthetic.reduce_task((3, 4, 5), "float32", "max", (1,), keepdims=False),
     synthetic.pool_task(1, 2, 7, 7, "avg", 3, 2, 1),
     synthetic.pool_task(1, 2, 7, 7, "max", 3, 2, 1),

@@ -70,17 +70,20 @@ NHWC_POOL_CASES = (
 
 
 # rotary embeddings: (batch, heads, seq, head dim, the head split folded in, cos/sin per example,
-# the rotated columns where partial: GPT-NeoX's quarter, Phi's half of a head)
-ROTARY_CASES = ((1, 1, 1, 2, False, False, None), (2, 3, 5, 8, False, False, None), (2, 3, 7, 24, True, True, None),
-                (1, 4, 33, 64, True, False, None), (2, 3, 5, 24, True, False, 6), (1, 2, 9, 16, False, True, 8))
+# the rotated columns where partial: GPT-NeoX's quarter, Phi's half of a head, columns rotated in
+# pairs: GPT-J's, partial too)
+ROTARY_CASES = ((1, 1, 1, 2, False, False, None, False), (2, 3, 5, 8, False, False, None, False),
+                (2, 3, 7, 24, True, True, None, False), (1, 4, 33, 64, True, False, None, False),
+                (2, 3, 5, 24, True, False, 6, False), (1, 2, 9, 16, False, True, 8, False),
+                (2, 3, 7, 24, True, True, None, True), (1, 2, 9, 24, False, False, 6, True))
 
 
 def _cases(kind: str, dtype: str) -> list[tuple[Task, set[str]]]:
     if kind == "rotary":
         every = {name for name, v in VARIANTS.items() if v.kind == kind}
         return [(synthetic.rotary_task(b, h, s, d, dtype, packed_heads=packed, per_example=per_example,
-                                       rotary_dims=rotated), every)
-                for b, h, s, d, packed, per_example, rotated in ROTARY_CASES]
+                                       rotary_dims=rotated, interleaved=pairs), every)
+                for b, h, s, d, packed, per_example, rotated, pairs in ROTARY_CASES]
     if kind in ("softmax", "layernorm", "rmsnorm"):
         every = {name for name, v in VARIANTS.items() if v.kind == kind}
         return [(_row_task(kind, rows, cols, dtype), every) for rows, cols in ROW_SHAPES]

@@ -29,7 +29,11 @@ convbert (span-based dynamic convolution beside attention), squeezebert (1x1 Con
 wav2vec2, segformer (attention over a strided-conv reduced sequence, depthwise conv in the MLP) and
 swinv2 (scaled cosine attention, log-spaced position MLP) at 224 px, levit (attention with biases,
 BatchNorm'd linears), poolformer (pooling as the token mixer, GroupNorm), regnet (grouped convs,
-squeeze-excite).
+squeeze-excite). Decoders at 2 layers, 256 wide: gptj and codegen (columns rotated in pairs on a
+quarter of each head, parallel block), phi3 (fused q/k/v and gate/up projections), qwen3 (RMSNorm of
+each head's q and k), gemma2 (tanh soft-capped attention logits), stablelm (a quarter of each head
+rotated, LayerNorm); roformer (BERT-like, sinusoidal positions rotated in pairs), funnel (the
+sequence pooled between blocks, relative attention), convnextv2 (global response normalization).
 Each is eager attention, opset 17, the legacy exporter.
 """
 from __future__ import annotations
@@ -168,6 +172,24 @@ MODELS: dict[str, Callable[[], Entry]] = {
     "levit": lambda: _pixels(transformers.LevitModel(transformers.LevitConfig())),
     "poolformer": lambda: _pixels(transformers.PoolFormerModel(transformers.PoolFormerConfig(depths=[1, 1, 2, 1]))),
     "regnet": lambda: _pixels(transformers.RegNetModel(transformers.RegNetConfig()), "pooler_output"),
+    "gptj": lambda: _decoder(transformers.GPTJForCausalLM(_eager(transformers.GPTJConfig(
+        n_embd=256, n_layer=2, n_head=4, rotary_dim=32, vocab_size=2000, n_positions=256)))),
+    "codegen": lambda: _decoder(transformers.CodeGenForCausalLM(_eager(transformers.CodeGenConfig(
+        n_embd=256, n_layer=2, n_head=4, rotary_dim=32, vocab_size=2000, n_positions=256, n_ctx=256)))),
+    "phi3": lambda: _decoder(transformers.Phi3ForCausalLM(_eager(transformers.Phi3Config(
+        **_SMALL_DECODER, num_key_value_heads=2, pad_token_id=0)))),
+    "qwen3": lambda: _decoder(transformers.Qwen3ForCausalLM(_eager(transformers.Qwen3Config(
+        **_SMALL_DECODER, num_key_value_heads=2, head_dim=64)))),
+    "gemma2": lambda: _decoder(transformers.Gemma2ForCausalLM(_eager(transformers.Gemma2Config(
+        **_SMALL_DECODER, num_key_value_heads=2, head_dim=64)))),
+    "stablelm": lambda: _decoder(transformers.StableLmForCausalLM(_eager(transformers.StableLmConfig(
+        **_SMALL_DECODER, num_key_value_heads=2)))),
+    "roformer": lambda: _tokens(transformers.RoFormerModel(_eager(transformers.RoFormerConfig(
+        hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024, vocab_size=2000)))),
+    "funnel": lambda: _tokens(transformers.FunnelBaseModel(transformers.FunnelConfig(
+        block_sizes=[1, 1], d_model=256, n_head=4, d_head=64, d_inner=1024, vocab_size=2000))),
+    "convnextv2": lambda: _pixels(transformers.ConvNextV2Model(transformers.ConvNextV2Config(
+        depths=[1, 1, 2, 1], hidden_sizes=[48, 96, 192, 384])), "pooler_output"),
 }
 
 

@@ -257,16 +257,23 @@ def _elementwise(task: Task) -> Compute:
 
 def _rotary(task: Task) -> Compute:
     """transformers' apply_rotary_pos_emb in torch ops, on the (B, H, S, D) view of x (a partial
-    rotary on its first rotary_dims columns, the rest concatenated back as transformers does)."""
+    rotary on its first rotary_dims columns, the rest concatenated back as transformers does;
+    interleaved: GPT-J's rotate_every_two)."""
     perm = task.attr("perm")
     rotated = task.attr("rotary_dims")
+    interleaved = task.attr("interleaved", False)
 
     def compute(inputs: Sequence[torch.Tensor]) -> torch.Tensor:
         heads, cos, sin = inputs
         heads = heads.permute(*perm) if perm else heads
         x = heads[..., :rotated] if rotated else heads
-        first, second = x.chunk(2, dim=-1)
-        out = x * cos + torch.cat((-second, first), dim=-1) * sin
+        if interleaved:
+            pairs = x.unflatten(-1, (-1, 2))
+            turned = torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)
+        else:
+            first, second = x.chunk(2, dim=-1)
+            turned = torch.cat((-second, first), dim=-1)
+        out = x * cos + turned * sin
         return torch.cat((out, heads[..., rotated:]), dim=-1) if rotated else out
     return compute
 

@@ -6,7 +6,8 @@ load hits the same lines) and the result written once. x is read through strides
 head-split Transpose folded in (attrs perm) the heads are rotated in place in the projection's
 (B, S, H, D) buffer and written (B, H, S, D), where attention reads them. cos and sin broadcast
 through zero strides. A partial rotary (attrs rotary_dims R < D: GPT-NeoX, Phi) rotates the first
-R columns and copies the rest, in the same pass. The arithmetic is fp32, rounded once at the store
+R columns and copies the rest, in the same pass. Interleaved (GPT-J, RoFormer) pairs each even
+column with the odd one after it instead of the other half's. The arithmetic is fp32, rounded once at the store
 (a copied column is x * 1 + 0 * 0: exactly x).
 """
 import triton
@@ -35,7 +36,7 @@ def _rotary_dims(task):
 def constraints(task, config, target):
     dim = task.outputs[0].shape[-1]
     if _rotary_dims(task) % 2:
-        return f"rotate_half needs an even number of rotated columns, not {_rotary_dims(task)}"
+        return f"rotating pairs of columns needs an even number of them, not {_rotary_dims(task)}"
     threads = config["num_warps"] * target.profile.warp_size
     if config["BLOCK_ROWS"] * triton.next_power_of_2(dim) > MAX_ELEMENTS_PER_THREAD * threads:
         return f"{config['BLOCK_ROWS']} rows of {dim} over {threads} threads would spill"
@@ -44,12 +45,18 @@ def constraints(task, config, target):
 
 @triton.jit
 def _rotary_rows(x_ptr, cos_ptr, sin_ptr, out_ptr, ROWS, H, S, D, R, sx_b, sx_h, sx_s, sx_d, sc_b, sc_h, sc_s,
-                 sc_d, ss_b, ss_h, ss_s, ss_d, BLOCK_ROWS: tl.constexpr, BLOCK_D: tl.constexpr):
+                 sc_d, ss_b, ss_h, ss_s, ss_d, BLOCK_ROWS: tl.constexpr, BLOCK_D: tl.constexpr,
+                 INTERLEAVED: tl.constexpr):
     rows = tl.program_id(0).to(tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     b, h, s = rows // (H * S), rows // S % H, rows % S
     cols = tl.arange(0, BLOCK_D)
-    half = R // 2
-    partner = tl.where(cols < half, cols + half, cols - half)
+    if INTERLEAVED:  # pairs (2i, 2i + 1): the even column takes the odd one's negation
+        partner = cols ^ 1
+        negated = cols % 2 == 0
+    else:  # halves: the first half takes the second's negation
+        half = R // 2
+        partner = tl.where(cols < half, cols + half, cols - half)
+        negated = cols < half
     inside = (rows < ROWS)[:, None] & (cols < D)[None, :]
     turned = inside & (cols < R)[None, :]  # the rotated columns; the rest keep cos 1, sin 0
     x_row = (b * sx_b + h * sx_h + s * sx_s)[:, None]
@@ -59,7 +66,7 @@ def _rotary_rows(x_ptr, cos_ptr, sin_ptr, out_ptr, ROWS, H, S, D, R, sx_b, sx_h,
                   other=1.0).to(tl.float32)
     sin = tl.load(sin_ptr + (b * ss_b + h * ss_h + s * ss_s)[:, None] + cols[None, :] * ss_d, mask=turned,
                   other=0.0).to(tl.float32)
-    rotated = tl.where((cols < half)[None, :], -other, other)
+    rotated = tl.where(negated[None, :], -other, other)
     out = x * cos + rotated * sin
     tl.store(out_ptr + rows[:, None] * D + cols[None, :], out.to(out_ptr.dtype.element_ty), mask=inside)
 
@@ -73,4 +80,4 @@ def launch(task, config, inputs, outputs):
     _rotary_rows[(triton.cdiv(rows, config["BLOCK_ROWS"]),)](
         x, cos, sin, outputs[0], rows, heads, seq, dim, rotated, *x.stride(), *_strides4(cos, angles),
         *_strides4(sin, angles), BLOCK_ROWS=config["BLOCK_ROWS"], BLOCK_D=triton.next_power_of_2(dim),
-        num_warps=config["num_warps"])
+        INTERLEAVED=task.attr("interleaved", False), num_warps=config["num_warps"])
