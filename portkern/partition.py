@@ -6,10 +6,12 @@ that the runtime runs with the numpy executor. A task's nodes run by the executo
 subgraph exactly (`Task.reference`), so a kernel is checked against the model's own semantics.
 
 Patterns (kinds and kernel signatures are in tasks.py):
-  attention   MatMul(Q, K^T) [-> Div|Mul scalar] [-> Add mask] [-> Add causal constant]
-              -> Softmax(last axis) -> MatMul(., V); scalar Mul/Div on Q or K^T (the SDPA export)
-              folds into `scale`; a Transpose swapping the last two axes of K folds into
-              k_transposed=False. A constant mask that is 0 on and below the (bottom-right aligned)
+  attention   MatMul(Q, K^T) [-> Div|Mul scalar] [-> Tanh -> Mul cap] [-> Add mask] [-> Add causal
+              constant] -> Softmax(last axis) -> MatMul(., V); scalar Mul/Div on Q or K^T (the SDPA
+              export) folds into `scale`; cap * tanh(scores / cap) (Gemma 2) is attrs["softcap"];
+              float16 q and k cast to float32 for the scores, with the probabilities cast back for
+              the product with v (GPT-J, CodeGen), are a float16 task (the Casts inside it); a
+              Transpose swapping the last two axes of K folds into k_transposed=False. A constant mask that is 0 on and below the (bottom-right aligned)
               diagonal and <= -1e4 above is `causal` and stays a task constant.
               With fold_attention_transposes (a backend whose kernels read through strides), the
               Transposes that split the heads of q, k, v (sole users) and the one that merges the
@@ -524,6 +526,15 @@ def _peel_operand(ctx: _Context, value: str, consumer: Node, allow_transpose: bo
     return value, scale, transposed, nodes
 
 
+def _widened(ctx: _Context, value: str, consumer: Node) -> tuple[str, Node] | None:
+    """(the narrower value, the Cast) where `value` is a float16/bfloat16 value cast exactly to
+    float32 for `consumer` alone."""
+    cast = ctx.producer.get(value)
+    if cast is None or id(cast) in ctx.claimed or not ctx.widens(cast) or ctx.sole_user(value) is not consumer:
+        return None
+    return cast.inputs[0], cast
+
+
 def _transpose_perm(ctx: _Context, node: Node) -> tuple[int, ...]:
     """A Transpose's perm; ONNX's default (no attribute) reverses the axes."""
     rank = len(ctx.shape(node.inputs[0]))
@@ -610,6 +621,15 @@ def _masked_where(ctx: _Context, node: Node, value: str) -> np.ndarray | None:
     return masked if second == value else ~masked
 
 
+def _soft_cap(ctx: _Context, scores: str) -> tuple[float, list[Node]] | None:
+    """(cap, [Tanh, Mul]) where the scaled scores go through cap * tanh(.) (Gemma 2's attention
+    logit soft-capping; the division by cap before the Tanh is a scale the caller has taken)."""
+    tanh = ctx.sole_user(scores, "Tanh")
+    times = ctx.sole_user(tanh.outputs[0], "Mul") if tanh is not None else None
+    cap = ctx.exact_scalar(ctx.other_input(times, tanh.outputs[0]) or "") if times is not None else None
+    return (cap, [tanh, times]) if cap is not None and cap > 0 else None
+
+
 def _match_attention(ctx: _Context, scores_mm: Node) -> _Match | None:
     """softmax(q k^T * scale + mask) v over (B, H, S, D) operands, or over (B*H, S, D) ones that
     Reshapes merge from and split back to (B, H, ...): those Reshapes are views inside the task."""
@@ -628,6 +648,14 @@ def _match_attention(ctx: _Context, scores_mm: Node) -> _Match | None:
         (q, q_user), (k, k_user) = q_lift, k_lift
         q_nodes, k_nodes = q_nodes + [q_user], k_nodes + [k_user]
     scale = q_scale * k_scale
+    # GPT-J's and CodeGen's float16 attention: q and k cast to float32 for the scores, the
+    # probabilities cast back for the second product, as a float16 kernel computes it anyway
+    q_wide, k_wide = _widened(ctx, q, q_user), _widened(ctx, k, k_user)
+    narrow_to = None
+    if q_wide and k_wide and ctx.spec(q_wide[0]).dtype == ctx.spec(k_wide[0]).dtype:
+        (q, q_user), (k, k_user) = q_wide, k_wide
+        q_nodes, k_nodes = q_nodes + [q_user], k_nodes + [k_user]
+        narrow_to = ctx.spec(q).dtype
     nodes = [scores_mm]
     cur = scores_mm.outputs[0]
     b, h, s, d = ctx.shape(q)
@@ -643,6 +671,12 @@ def _match_attention(ctx: _Context, scores_mm: Node) -> _Match | None:
         scale = scale * factor if node.op_type == "Mul" else scale / factor
         nodes.append(node)
         cur = node.outputs[0]
+    softcap = _soft_cap(ctx, cur)
+    if softcap is not None:  # cap * tanh(scale * s): the task's scale is the one before the division by cap
+        cap, capping = softcap
+        scale *= cap
+        nodes += capping
+        cur = capping[-1].outputs[0]
     mask = None
     causal = False
     while (node := ctx.sole_user(cur, *_ADDS, "Where", "Reshape")) is not None:
@@ -683,6 +717,12 @@ def _match_attention(ctx: _Context, scores_mm: Node) -> _Match | None:
     if softmax is None or not _is_last_axis_softmax(ctx, softmax):
         return None
     probs, passed = ctx.pass_through(softmax.outputs[0])
+    if narrow_to is not None:
+        back = ctx.cast_back(probs, narrow_to)
+        if back is None:
+            return None
+        passed.append(back)
+        probs = back.outputs[0]
     merge = ctx.sole_user(probs, "Reshape")
     if rank == 3 and merge is not None and ctx.shape(merge.outputs[0]) == merged_shape:
         passed.append(merge)
@@ -712,7 +752,7 @@ def _match_attention(ctx: _Context, scores_mm: Node) -> _Match | None:
         return None
     nodes += [softmax, *passed, out_mm, *tail]
     attrs = {"scale": canonical_float(scale), "k_transposed": not k_swapped, "mask": mask is not None,
-             "causal": causal}
+             "causal": causal, **({"softcap": canonical_float(softcap[0])} if softcap else {})}
     if ctx.fold_attention_transposes:
         perms: list[tuple[int, ...]] = []
         operands = []

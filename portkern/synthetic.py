@@ -151,7 +151,8 @@ def bmm_task(b: int, m: int, n: int, k: int, dtype: str = "float32") -> Task:
 def attention_task(batch: int, heads: int, seq: int, head_dim: int, dtype: str = "float32", *,
                    seq_kv: int | None = None, mask: bool = False, causal: bool = False,
                    k_transposed: bool = False, packed_heads: bool = False,
-                   mask_shape: tuple[int, int, int, int] | None = None, kv_heads: int | None = None) -> Task:
+                   mask_shape: tuple[int, int, int, int] | None = None, kv_heads: int | None = None,
+                   softcap: float | None = None) -> Task:
     """softmax(q @ k^T * (1/sqrt(D)) [+ mask] [+ causal]) @ v, as BERT-style exports spell it.
     packed_heads: q, k, v arrive as (B, S, H, D) and the output leaves as one, through the
     head-split and merge Transposes a backend with folds_attention_transposes folds in.
@@ -159,7 +160,8 @@ def attention_task(batch: int, heads: int, seq: int, head_dim: int, dtype: str =
     encoder's key-padding mask is (B, 1, 1, Sk): one row for all queries.
     kv_heads: grouped-query attention: k and v have kv_heads heads, each repeated for heads /
     kv_heads query heads as transformers' repeat_kv writes it (what a backend with shares_kv_heads
-    reads before the repeat)."""
+    reads before the repeat). softcap: the scores soft-capped before the mask, Div by it, Tanh,
+    Mul by it (Gemma 2)."""
     builder = GraphBuilder("attention", dtype)
     sk = seq if seq_kv is None else seq_kv
     if causal and sk < seq:
@@ -199,6 +201,9 @@ def attention_task(batch: int, heads: int, seq: int, head_dim: int, dtype: str =
     scores_shape = (batch, heads, seq, sk)
     scores = builder.op("MatMul", [q, kt], scores_shape)
     scores = builder.op("Mul", [scores, builder.constant(1.0 / math.sqrt(head_dim))], scores_shape)
+    if softcap is not None:
+        capped = builder.op("Tanh", [builder.op("Div", [scores, builder.constant(softcap)], scores_shape)], scores_shape)
+        scores = builder.op("Mul", [capped, builder.constant(softcap)], scores_shape)
     if mask:
         scores = builder.op("Add", [scores, builder.input("mask", mask_shape or (batch, 1, seq, sk))], scores_shape)
     if causal:

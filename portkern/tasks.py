@@ -18,7 +18,8 @@ Kinds and their kernel signatures (inputs in this order; graph layouts, kernels 
              around them, and operand i in the shapes above is buffer_i.permute(perms[i])
              (() for none; order q, k, v, out), e.g. q (B,S,H,D) with perm (0,2,1,3).
              Grouped-query attention (a backend with shares_kv_heads): k and v have KVH heads,
-             H a multiple of KVH, and query head h reads key/value head h // (H / KVH)
+             H a multiple of KVH, and query head h reads key/value head h // (H / KVH).
+             [softcap]: the scores are softcap * tanh(scale q k^T / softcap) before the mask
   softmax    x (...,N) -> (...,N), over the last axis
   rotary     x (B,H,S,D), cos, sin (broadcastable to (B,H,S,R)) -> (B,H,S,D)
              out = x * cos + rotate_half(x) * sin, rotate_half(x) = concat(-x[..., R/2:], x[..., :R/2])

@@ -721,6 +721,12 @@ def test_staging_knob_is_refused_where_it_means_nothing(npu: NpuBackend) -> None
     assert reason and "not 512-byte aligned" in reason
 
 
+def test_soft_capped_attention_is_refused(npu: NpuBackend) -> None:
+    task = attention_task(1, 2, 16, 16, "float16", causal=True, softcap=2.0)
+    reason = npu.check(_candidate(npu, task), task)
+    assert reason is not None and "soft-capped" in reason
+
+
 def test_attention_with_one_key_block_keeps_the_output_out_of_ub(npu: NpuBackend) -> None:
     """BERT's attention (128 keys): P @ V leaves L0C to the output; only scores and mask reach UB,
     and K/V load once per (batch, head), not once per query block."""

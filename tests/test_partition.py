@@ -441,6 +441,38 @@ def test_attention_sees_past_float32_and_back_in_a_float16_model(back_to: str | 
     np.testing.assert_allclose(task.reference([q, k, v])[0], eager.reference([q, k, v])[0], rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize("widened", ["q and k", "q"])
+def test_attention_scored_in_float32_from_float16_operands_is_a_float16_task(widened: str) -> None:
+    """GPT-J's float16 attention: q and k cast to float32, the scores, causal mask and softmax in
+    float32, the probabilities cast back to float16 for the product with v: the computation of a
+    float16 kernel (products of float16 values are exact in float32), so one float16 attention
+    task. Only q widened, the product mixes dtypes: no attention task."""
+    b, h, s, d = 1, 2, 6, 8
+    builder = GraphBuilder("wide_scores", "float16")
+    q, k = (builder.input(name, (b, h, s, d)) for name in ("q", "k"))
+    q = _cast(builder, q, (b, h, s, d), "float32")
+    if widened == "q and k":
+        k = _cast(builder, k, (b, h, s, d), "float32")
+    kt = builder.op("Transpose", [k], (b, h, d, s), "float32" if widened == "q and k" else "float16",
+                    perm=[0, 1, 3, 2])
+    scores = builder.op("MatMul", [q, kt], (b, h, s, s), "float32")
+    scaled = builder.op("Mul", [scores, builder.constant(1 / math.sqrt(d), "float32")], (b, h, s, s), "float32")
+    causal = np.where(np.tril(np.ones((s, s), bool)), 0.0, np.finfo(np.float32).min)
+    masked = builder.op("Add", [scaled, builder.constant(causal, "float32")], (b, h, s, s), "float32")
+    probs = _cast(builder, builder.op("Softmax", [masked], (b, h, s, s), "float32", axis=-1), (b, h, s, s), "float16")
+    out = builder.op("MatMul", [probs, builder.input("v", (b, h, s, d))], (b, h, s, d))
+    tasks = partition(builder.graph([out]))
+    if widened == "q":
+        assert "attention" not in [task.kind for task in tasks]
+        return
+    task = builder.task(out)
+    plain = synthetic.attention_task(b, h, s, d, "float16", causal=True)
+    assert task.kind == "attention" and task.inputs == plain.inputs and task.attr("causal")
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal(spec.shape) for spec in task.inputs]
+    np.testing.assert_allclose(task.reference(inputs)[0], plain.reference(inputs)[0], rtol=1e-3, atol=1e-3)
+
+
 @pytest.mark.parametrize("kind", ["rmsnorm", "layernorm"])
 @pytest.mark.parametrize("cast_back", [True, False])
 def test_a_norm_computed_in_float32_is_a_task_on_the_models_float16(kind: str, cast_back: bool) -> None:
@@ -678,6 +710,23 @@ def test_a_constant_mask_folded_per_example(mask_kind: str) -> None:
     plain = synthetic.attention_task(b, h, s, d, "float16", causal=mask_kind == "causal")
     if mask_kind != "padded":  # the same values as the attention it is, with nothing read for the mask
         np.testing.assert_allclose(task.reference(values)[0], plain.reference(values)[0], rtol=1e-3, atol=1e-3)
+
+
+def test_soft_capped_logits_are_one_attention_task() -> None:
+    """Gemma 2's scores: scale, Div by the cap, Tanh, Mul by the cap, then the causal mask: one
+    attention task with attrs softcap and the scale before the cap's division; its reference is
+    cap * tanh(scale q k^T / cap) masked, softmaxed and applied to v, key/value heads shared."""
+    task = synthetic.attention_task(2, 4, 6, 8, "float32", kv_heads=2, causal=True, softcap=5.0)
+    assert task.kind == "attention" and task.attr("softcap") == 5.0 and task.attr("scale") == canonical_float(8 ** -0.5)
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal(spec.shape) * 4 for spec in task.inputs)  # scores well past the cap
+    k, v = (np.repeat(x, 2, axis=1) for x in (k, v))
+    scores = 5.0 * np.tanh(q @ k.transpose(0, 1, 3, 2) / math.sqrt(8) / 5.0)
+    scores = np.where(np.tril(np.ones((6, 6), bool)), scores, -np.inf)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    want = probs / probs.sum(-1, keepdims=True) @ v
+    np.testing.assert_allclose(task.reference([q, k[:, ::2], v[:, ::2]])[0], want, rtol=1e-6, atol=1e-8)  # fp32 constants
+    assert "softcap" not in dict(synthetic.attention_task(2, 4, 6, 8, "float32").attrs)
 
 
 @pytest.mark.parametrize("share", [True, False])

@@ -270,6 +270,7 @@ def test_bf16_is_refused_in_the_interpreter() -> None:
     synthetic.attention_task(2, 3, 5, 8, "float32", k_transposed=True, mask=True, packed_heads=True),
     synthetic.attention_task(2, 4, 5, 8, "float32", kv_heads=2, causal=True),
     synthetic.attention_task(1, 4, 5, 8, "float32", seq_kv=9, kv_heads=2, mask=True),
+    synthetic.attention_task(1, 4, 5, 8, "float32", seq_kv=9, kv_heads=2, mask=True, causal=True, softcap=2.0),
     synthetic.conv2d_task(1, 4, 7, 7, 6, 3, 3, "float32", stride=2, pad=1, group=2, activation="silu",
                           residual=True),
     synthetic.gemm_task(5, 6, 7, "float32", activation="silu", gate=True),

@@ -202,6 +202,23 @@ def test_attention_runs_its_heaviest_causal_blocks_first(dtype: str) -> None:
     assert offered["attention_flash"].space["HEAVY_FIRST"] == (False,)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("name", ["attention_flash", "attention_splitkv"])
+def test_attention_soft_caps_its_logits(name: str, dtype: str) -> None:
+    """Gemma 2's softcap * tanh(scale q k^T / softcap) in the scores, before the causal edge or
+    the mask, on logits well past the cap (the gate's inputs include scaled ones); the Gluon
+    schedule, which does not take it, refuses."""
+    variant = VARIANTS[name]
+    for task in (synthetic.attention_task(2, 4, 19, 16, dtype, kv_heads=2, causal=True, softcap=2.0),
+                 synthetic.attention_task(1, 2, 13, 16, dtype, seq_kv=37, mask=True, packed_heads=True,
+                                          softcap=0.5)):
+        run_gate(variant, default_config(variant, task), task)
+    task = synthetic.attention_task(1, 2, 64, 64, "float16", causal=True, softcap=50.0)
+    pingpong = VARIANTS["attention_pingpong"]
+    reason = BACKEND.check(Candidate.of(pingpong, pingpong.default), task)
+    assert reason is not None and "soft-capped" in reason
+
+
 def test_every_matrix_kind_has_variants() -> None:
     kinds = {v.kind for v in VARIANTS.values()}
     assert kinds == set(MATRIX_KINDS)

@@ -234,6 +234,15 @@ OTHER_KINDS = {
 }
 
 
+def test_soft_capped_attention_is_left_to_the_baseline(backend: TvmBackend) -> None:
+    """Gemma 2's tanh-capped logits: the template does not compute them, so it is not offered, and
+    onnxruntime's run of the task's own nodes passes the gate."""
+    task = synthetic.attention_task(1, 2, 16, 16, seq_kv=32, causal=True, softcap=2.0)
+    assert backend.variants(task) == []
+    baseline = backend.baseline(task)
+    assert baseline is not None and verify(backend, baseline, task, "fp32").passed
+
+
 @pytest.mark.parametrize("name", sorted(OTHER_KINDS))
 def test_other_kinds_pass_the_gate(backend: TvmBackend, name: str) -> None:
     """Default and one sampled config; the gate's 'large' inputs (logits x30, mean 50) included."""

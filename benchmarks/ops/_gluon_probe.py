@@ -50,14 +50,15 @@ def wait_groups(ptx: str) -> set[str]:
     return {line.split()[1].rstrip(";") for line in ptx.splitlines() if "wgmma.wait_group" in line}
 
 
-def write_record(out: Path | None, probe: str, rows: list[dict[str, Any]]) -> None:
-    """The probe's rows, headed by when, how and on what they were obtained."""
+def write_record(out: Path | None, probe: str, rows: list[dict[str, Any]], backend: Any = BACKEND) -> None:
+    """The probe's rows, headed by when, how and on what they were obtained (`backend`: the one
+    the probe ran, whose target the record names)."""
     if out is None:
         return
     record = {"probe": probe, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "command": " ".join(sys.argv), "python": platform.python_version(), "torch": torch.__version__,
               "triton": triton.__version__,
               "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "none (sm_90 cross-compile)",
-              "machine": BACKEND.fingerprint(),  # on a GPU: its driver and CUDA too
+              "machine": backend.fingerprint(),  # on a GPU: its driver and CUDA too
               "rows": rows}
     out.write_text(json.dumps(record, indent=1))

@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{case:32s} {name:14s} " + "  ".join(f"{k}={v:7.2f}us" for k, v in summary.items()), flush=True)
             rows.append(row)
     write_record(args.out, "one task's kernels timed by the harness, by graph replay, after a producer "
-                 "and back to back (profiler device time inside replayed graphs)", rows)
+                 "and back to back (profiler device time inside replayed graphs)", rows, backend)
     return 0
 
 

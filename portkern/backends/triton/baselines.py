@@ -95,15 +95,25 @@ def _bmm(task: Task) -> Compute:
 def _attention(task: Task) -> Compute:
     scale = float(task.attr("scale", 1.0))
     k_transposed, has_mask = task.attr("k_transposed", False), task.attr("mask", False)
-    causal = task.attr("causal", False)
+    causal, softcap = task.attr("causal", False), float(task.attr("softcap", 0.0))
     perms = task.attr("perms") or ((),) * 4  # folded head split/merge: views, as a torch user writes
-    sdpa = _sdpa(scale, k_transposed, has_mask, causal)
+    sdpa = (_capped_attention(scale, k_transposed, has_mask, causal, softcap) if softcap
+            else _sdpa(scale, k_transposed, has_mask, causal))
 
     def compute(inputs: Sequence[torch.Tensor]) -> torch.Tensor:
         views = [x.permute(*perm) if perm else x for x, perm in zip(inputs[:3], perms)]
         out = sdpa([*views, *inputs[3:]])
         return out.permute(*[int(axis) for axis in np.argsort(perms[3])]) if perms[3] else out
     return compute
+
+
+def _causal_bias(q: torch.Tensor, seq_kv: int) -> torch.Tensor:
+    """0 where key j is visible to query i (j <= i + seq_kv - seq: bottom-right aligned, as
+    partition.py recognises it), -inf elsewhere, in q's dtype."""
+    seq = q.shape[-2]
+    rows = torch.arange(seq, device=q.device)[:, None] + (seq_kv - seq)
+    allowed = torch.arange(seq_kv, device=q.device)[None, :] <= rows
+    return torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill_(~allowed, float("-inf"))
 
 
 def _sdpa(scale: float, k_transposed: bool, has_mask: bool, causal: bool) -> Compute:
@@ -116,13 +126,28 @@ def _sdpa(scale: float, k_transposed: bool, has_mask: bool, causal: bool) -> Com
         grouped = k.shape[-3] != q.shape[-3]  # grouped-query attention: fewer key/value heads
         if causal and mask is None and seq == seq_kv:  # SDPA's own causal path (flash kernels)
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=grouped)
-        if causal:  # bottom-right aligned, as partition.py recognises it
-            rows = torch.arange(seq, device=q.device)[:, None] + (seq_kv - seq)
-            allowed = torch.arange(seq_kv, device=q.device)[None, :] <= rows
-            causal_bias = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device)
-            causal_bias.masked_fill_(~allowed, float("-inf"))
-            mask = causal_bias if mask is None else mask + causal_bias
+        if causal:
+            mask = _causal_bias(q, seq_kv) if mask is None else mask + _causal_bias(q, seq_kv)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=grouped)
+    return compute
+
+
+def _capped_attention(scale: float, k_transposed: bool, has_mask: bool, causal: bool, softcap: float) -> Compute:
+    """softmax(softcap * tanh(scale * q k^T / softcap) + mask) v, as Gemma 2 writes it (SDPA has
+    no soft cap): the scores in float32, the probabilities in q's dtype for the second product."""
+    def compute(inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+        q, k, v = inputs[:3]
+        if k_transposed:
+            k = k.transpose(-1, -2)
+        group = q.shape[-3] // k.shape[-3]  # grouped-query attention: each key/value head serves a group
+        k, v = (x.repeat_interleave(group, dim=-3) if group > 1 else x for x in (k, v))
+        scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * (scale / softcap)
+        scores = torch.tanh(scores) * softcap
+        if has_mask:
+            scores = scores + inputs[3].float()
+        if causal:
+            scores = scores + _causal_bias(scores, k.shape[-2])
+        return torch.matmul(torch.softmax(scores, dim=-1).to(v.dtype), v)
     return compute
 
 

@@ -51,6 +51,8 @@ def constraints(task: Task, config: Mapping[str, Any], target: Target) -> str | 
     reason = check_float32(task) or check_space(config, SPACE)
     if reason:
         return reason
+    if task.attr("softcap"):
+        return "soft-capped logits (tanh) are not implemented by this template"
     facts = HostFacts.of(target)
     _, _, _, keys, head_dim = dims(task)
     rows, tile_n, lanes = config["tile_rows"], config["tile_n"], config["vector_lanes"]

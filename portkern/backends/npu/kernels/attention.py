@@ -65,6 +65,8 @@ def _alignment(*offsets):
 def constraints(task, config, target):
     if task.dtype not in ITEMSIZE:
         return f"{task.dtype} is not supported here (fp32/fp16 only)"
+    if task.attr("softcap"):
+        return "soft-capped logits (tanh) are not implemented by this variant"
     return None
 
 

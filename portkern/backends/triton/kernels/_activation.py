@@ -1,5 +1,8 @@
 # --- included from _activation.py: the activations of fused epilogues and elementwise chains (fp32), and the
 # epilogue's residual check ---
+# include: fast_math
+
+
 def _residual_problem(task):
     """Why the task's residual cannot be read with the output's indices, or None (before compiling)."""
     if task.attr("residual", False) and task.inputs[-1].shape != task.outputs[0].shape:
@@ -8,25 +11,8 @@ def _residual_problem(task):
 
 
 @triton.jit
-def _reciprocal(d):
-    """1 / d for d >= 1, +inf included (0): rsqrt(d)^2 is one MUFU.RSQ and a multiply where fp32
-    division compiles to about nine instructions (div.full's range fix-ups), within ~3e-7 relative
-    error (div.full's is 2 ulp); activations in a GEMM epilogue run once per output element."""
-    root = tl.math.rsqrt(d)
-    return root * root
-
-
-@triton.jit
 def _sigmoid(x):
     return _reciprocal(1.0 + tl.exp2(x * -1.4426950408889634))  # e^-x; where it overflows, rsqrt(inf) = 0
-
-
-@triton.jit
-def _tanh(x):
-    # from e^-2|x| (never overflows); libdevice's tanh is outside the kernel contract
-    z = tl.exp(-2.0 * tl.abs(x))
-    magnitude = (1.0 - z) * _reciprocal(1.0 + z)
-    return tl.where(x >= 0, magnitude, -magnitude)
 
 
 @triton.jit

@@ -1,6 +1,7 @@
 # --- included from _attention_core.py: operands and the online-softmax loop (its module sets DOT_PRECISION) ---
 # include: dot_precision
 # include: broadcast
+# include: fast_math
 LOG2E = 1.4426950408889634
 MAX_HEAD_DIM = 256
 
@@ -102,10 +103,14 @@ class _AttentionProblem:
         self.tensors = (q, k, v, self.mask)
         self.strides = (*q.stride(), *k_strides, *v.stride(), *mask_strides)
         scale = float(task.attr("scale", 1.0 / math.sqrt(self.head_dim)))
-        self.scale_log2 = scale * LOG2E
+        softcap = float(task.attr("softcap", 0.0))
+        # soft-capped logits (Gemma 2), softcap * tanh(scale * q k^T / softcap), in the log2 domain:
+        # the products scaled by scale / softcap, their tanh by softcap * log2(e)
+        self.scale_log2 = scale / softcap if softcap else scale * LOG2E
+        self.softcap_log2 = softcap * LOG2E
         self.flags = {"BLOCK_D": _block_d(self.head_dim), "HAS_MASK": self.has_mask,
                       "CAUSAL": bool(task.attr("causal", False)), "EVEN_D": _block_d(self.head_dim) == self.head_dim,
-                      "KV_GROUP": _kv_group(task), "DOT_PRECISION": DOT_PRECISION}
+                      "KV_GROUP": _kv_group(task), "SOFTCAP": bool(softcap), "DOT_PRECISION": DOT_PRECISION}
 
 
 @triton.jit
@@ -138,9 +143,10 @@ def _query_tile(q_ptr, b, h, block, S, D, sq_b, sq_h, sq_s, sq_d, BLOCK_M: tl.co
 
 @triton.jit
 def _attend(q, k_base, v_base, m_base, first_row, rows, row_ok, dims, dim_ok, key_lo, key_hi, S, SK, scale_log2,
-            sk_s, sk_d, sv_s, sv_d, sm_s, sm_k, kv_descs, b, h, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-            BLOCK_D: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
-            TMA: tl.constexpr, K_TRANSPOSED: tl.constexpr, DOT_PRECISION: tl.constexpr):
+            softcap_log2, sk_s, sk_d, sv_s, sv_d, sm_s, sm_k, kv_descs, b, h, BLOCK_M: tl.constexpr,
+            BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr,
+            SOFTCAP: tl.constexpr, EVEN_D: tl.constexpr, TMA: tl.constexpr, K_TRANSPOSED: tl.constexpr,
+            DOT_PRECISION: tl.constexpr):
     """Online softmax of q against keys [key_lo, key_hi): the unnormalised output, running max
     (log2 units) and running sum. Causal is bottom-right aligned: key j is visible to query i when
     j <= i + SK - S (as partition.py recognises it). The whole key blocks that every row of the
@@ -155,21 +161,24 @@ def _attend(q, k_base, v_base, m_base, first_row, rows, row_ok, dims, dim_ok, ke
         seen_by_all = tl.minimum(key_hi, first_row + SK - S + 1)
     unmasked_end = key_lo + tl.maximum(seen_by_all - key_lo, 0) // BLOCK_N * BLOCK_N
     acc, row_max, row_sum = _attend_keys(acc, row_max, row_sum, q, k_base, v_base, m_base, rows, row_ok, dims,
-                                         dim_ok, key_lo, unmasked_end, S, SK, scale_log2, sk_s, sk_d, sv_s,
-                                         sv_d, sm_s, sm_k, kv_descs, b, h, BLOCK_N, BLOCK_D, HAS_MASK, CAUSAL,
-                                         EVEN_D, False, TMA, K_TRANSPOSED, DOT_PRECISION)
+                                         dim_ok, key_lo, unmasked_end, S, SK, scale_log2, softcap_log2, sk_s,
+                                         sk_d, sv_s, sv_d, sm_s, sm_k, kv_descs, b, h, BLOCK_N, BLOCK_D, HAS_MASK,
+                                         CAUSAL, SOFTCAP, EVEN_D, False, TMA, K_TRANSPOSED, DOT_PRECISION)
     return _attend_keys(acc, row_max, row_sum, q, k_base, v_base, m_base, rows, row_ok, dims, dim_ok,
-                        unmasked_end, key_hi, S, SK, scale_log2, sk_s, sk_d, sv_s, sv_d, sm_s, sm_k, kv_descs, b,
-                        h, BLOCK_N, BLOCK_D, HAS_MASK, CAUSAL, EVEN_D, True, TMA, K_TRANSPOSED, DOT_PRECISION)
+                        unmasked_end, key_hi, S, SK, scale_log2, softcap_log2, sk_s, sk_d, sv_s, sv_d, sm_s, sm_k,
+                        kv_descs, b, h, BLOCK_N, BLOCK_D, HAS_MASK, CAUSAL, SOFTCAP, EVEN_D, True, TMA,
+                        K_TRANSPOSED, DOT_PRECISION)
 
 
 @triton.jit
 def _attend_keys(acc, row_max, row_sum, q, k_base, v_base, m_base, rows, row_ok, dims, dim_ok, key_lo, key_hi,
-                 S, SK, scale_log2, sk_s, sk_d, sv_s, sv_d, sm_s, sm_k, kv_descs, b, h, BLOCK_N: tl.constexpr,
-                 BLOCK_D: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
-                 MASKED: tl.constexpr, TMA: tl.constexpr, K_TRANSPOSED: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                 S, SK, scale_log2, softcap_log2, sk_s, sk_d, sv_s, sv_d, sm_s, sm_k, kv_descs, b, h,
+                 BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr,
+                 SOFTCAP: tl.constexpr, EVEN_D: tl.constexpr, MASKED: tl.constexpr, TMA: tl.constexpr,
+                 K_TRANSPOSED: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """The online-softmax steps over keys [key_lo, key_hi). MASKED=False promises whole blocks
-    that every row sees: the loads drop their key masks (and dim masks when D fills the tile)."""
+    that every row sees: the loads drop their key masks (and dim masks when D fills the tile).
+    SOFTCAP: the scores are softcap * tanh(scale * q k^T / softcap) (_AttentionProblem)."""
     for start in range(key_lo, key_hi, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         k_ptrs = k_base + dims[:, None] * sk_d + cols[None, :] * sk_s
@@ -192,6 +201,8 @@ def _attend_keys(acc, row_max, row_sum, q, k_base, v_base, m_base, rows, row_ok,
             k_t = tl.load(k_ptrs, mask=dim_ok[:, None], other=0.0)
             v = tl.load(v_ptrs, mask=dim_ok[None, :], other=0.0)
         scores = tl.dot(q, k_t, input_precision=DOT_PRECISION) * scale_log2
+        if SOFTCAP:
+            scores = _tanh(scores) * softcap_log2
         if HAS_MASK:
             bias_ptrs = m_base + rows[:, None] * sm_s + cols[None, :] * sm_k
             if MASKED:

@@ -67,6 +67,8 @@ def constraints(task, config, target):
         return f"wgmma, TMA and setmaxnreg as used here need sm_90, the target is {target.profile.arch}"
     if task.dtype not in _GL_DTYPES:
         return f"attention_pingpong multiplies float16/bfloat16, not {task.dtype}"
+    if task.attr("softcap"):
+        return "soft-capped logits (tanh) are attention_flash's and attention_splitkv's, not this schedule's"
     head_dim = _logical(task, 0)[-1]
     if head_dim > _MAX_HEAD_DIM:
         return f"head dim {head_dim} > {_MAX_HEAD_DIM}: a consumer's accumulator and scores would spill"

@@ -53,9 +53,9 @@ def scratch(task, config):
 
 @triton.jit
 def _attention_split(q_ptr, k_ptr, v_ptr, mask_ptr, acc_ptr, max_ptr, sum_ptr, H, S, SK, D, chunk,
-                     scale_log2, sq_b, sq_h, sq_s, sq_d, sk_b, sk_h, sk_s, sk_d, sv_b, sv_h, sv_s, sv_d,
-                     sm_b, sm_h, sm_s, sm_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_D: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr,
+                     scale_log2, softcap_log2, sq_b, sq_h, sq_s, sq_d, sk_b, sk_h, sk_s, sk_d, sv_b, sv_h, sv_s,
+                     sv_d, sm_b, sm_h, sm_s, sm_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_D: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, SOFTCAP: tl.constexpr,
                      EVEN_D: tl.constexpr, KV_GROUP: tl.constexpr, PACK: tl.constexpr,
                      DOT_PRECISION: tl.constexpr):
     """Program (block, b * H / PACK + g, split): attention_flash's tile of query heads [g * PACK,
@@ -72,9 +72,9 @@ def _attention_split(q_ptr, k_ptr, v_ptr, mask_ptr, acc_ptr, max_ptr, sum_ptr, H
     key_hi = tl.minimum(key_lo + chunk, _causal_end(block, SK, S, POSITIONS, CAUSAL))
     acc, row_max, row_sum = _attend(q, k_ptr + b * sk_b + kv * sk_h, v_ptr + b * sv_b + kv * sv_h,
                                     mask_ptr + b * sm_b + h * sm_h, block * POSITIONS, rows, row_ok, dims,
-                                    dim_ok, key_lo, key_hi, S, SK, scale_log2, sk_s, sk_d, sv_s, sv_d, sm_s,
-                                    sm_k, None, b, h, BLOCK_M, BLOCK_N, BLOCK_D, HAS_MASK, CAUSAL, EVEN_D, False,
-                                    False, DOT_PRECISION)
+                                    dim_ok, key_lo, key_hi, S, SK, scale_log2, softcap_log2, sk_s, sk_d, sv_s,
+                                    sv_d, sm_s, sm_k, None, b, h, BLOCK_M, BLOCK_N, BLOCK_D, HAS_MASK, CAUSAL,
+                                    SOFTCAP, EVEN_D, False, False, DOT_PRECISION)
     slots = (split * tl.num_programs(1) * PACK + b32 * H + heads).to(tl.int64) * S + rows  # (split, b*h, row)
     tl.store(max_ptr + slots, row_max, mask=row_ok)
     tl.store(sum_ptr + slots, row_sum, mask=row_ok)
@@ -119,7 +119,7 @@ def launch(task, config, inputs, outputs):
     blocks = triton.cdiv(p.seq, block_m)
     _attention_split[(triton.cdiv(p.seq, block_m // pack), p.batch * p.heads // pack, splits)](
         *p.tensors[:3], p.mask, acc, row_max, row_sum, p.heads, p.seq, p.seq_kv, p.head_dim,
-        _chunk(p.seq_kv, splits, config["BLOCK_N"]), p.scale_log2, *p.strides, BLOCK_M=block_m,
+        _chunk(p.seq_kv, splits, config["BLOCK_N"]), p.scale_log2, p.softcap_log2, *p.strides, BLOCK_M=block_m,
         BLOCK_N=config["BLOCK_N"], **p.flags, PACK=pack, num_warps=config["num_warps"],
         num_stages=config["num_stages"])
     _attention_merge[(blocks, p.batch * p.heads)](
