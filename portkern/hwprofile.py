@@ -64,6 +64,12 @@ class HwProfile:
             bandwidth = max(bandwidth, self.limits.get("cache_bandwidth", 0.0))
         return max(flops / self.peak(dtype), nbytes / bandwidth)
 
+    def reachable_seconds(self, flops: float, nbytes: float, dtype: str) -> float:
+        """The least time a kernel of this size is measured at here: the roofline floor, or the
+        shortest kernel this target's timing shows at all (limits.launch_seconds, where known),
+        whichever is longer. A tiny task already there has nothing left for a search to find."""
+        return max(self.floor_seconds(flops, nbytes, dtype), self.limits.get("launch_seconds", 0.0))
+
     def limit(self, name: str) -> float:
         try:
             return self.limits[name]

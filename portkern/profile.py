@@ -27,6 +27,13 @@ class TaskProfile:
     # the baseline runtime's own time for the task's nodes inside the whole model, where it can
     # tell (Backend.baseline_in_model): what a kernel really has to beat when it is less
     in_model_seconds: float | None = None
+    # the least time any kernel of it is measured at (HwProfile.reachable_seconds): the roofline
+    # floor, or the target's launch floor where that is longer; 0: the roofline floor
+    reachable_floor_seconds: float = 0.0
+
+    @property
+    def reachable_seconds(self) -> float:
+        return max(self.floor_seconds, self.reachable_floor_seconds)
 
     @property
     def seconds(self) -> float | None:
@@ -41,12 +48,13 @@ class TaskProfile:
 
     @property
     def headroom_seconds(self) -> float:
-        return max(0.0, (self.seconds or 0.0) - self.floor_seconds) * self.count
+        return max(0.0, (self.seconds or 0.0) - self.reachable_seconds) * self.count
 
     def to_dict(self) -> dict[str, Any]:
         return {"task": self.task.label, "key": self.task.key, "count": self.count,
                 "flops": self.task.flops, "min_bytes": self.task.min_bytes,
-                "floor_seconds": self.floor_seconds, "baseline_seconds": self.seconds,
+                "floor_seconds": self.floor_seconds, "reachable_seconds": self.reachable_seconds,
+                "baseline_seconds": self.seconds,
                 "baseline_source": self.baseline_source, "headroom_seconds": self.headroom_seconds,
                 "baseline_in_model_seconds": self.in_model_seconds,
                 "baseline": self.baseline.to_dict() if self.baseline else None}
@@ -88,8 +96,9 @@ def profile_tasks(tasks: Sequence[tuple[Task, int]], backend: Backend,
         in_model_seconds = (in_model or {}).get(task.key)
         if measurement is not None and in_model_seconds is not None and in_model_seconds < measurement.median:
             source = f"{source} inside the model; {measurement.median * 1e3:.4g} ms alone"
+        reachable = backend.target.profile.reachable_seconds(task.flops, task.min_bytes, task.dtype)
         profiles.append(TaskProfile(task, count, floor_seconds(task, backend.target), measurement, source,
-                                    in_model_seconds))
+                                    in_model_seconds, reachable))
     return sorted(profiles, key=lambda p: p.headroom_seconds, reverse=True)
 
 

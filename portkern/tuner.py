@@ -344,8 +344,10 @@ def _run_tune(model_path: Path, options: TuneOptions, out: Path | None,
             task_deadline = time_slice(deadline, profile.headroom_seconds,
                                        profile.headroom_seconds + sum(p.headroom_seconds for p in untuned),
                                        len(untuned) + 1, _seconds_per_trial(outcomes))
+            launch = (f" (any kernel {_ms(profile.reachable_seconds)} here)"
+                      if profile.reachable_seconds > profile.floor_seconds else "")
             say(f"[{len(tunable) - len(untuned)}/{len(profiles)}] {task.label} x{profile.count}: baseline "
-                f"{_ms(profile.seconds)} ({profile.baseline_source}), floor {_ms(profile.floor_seconds)}, "
+                f"{_ms(profile.seconds)} ({profile.baseline_source}), floor {_ms(profile.floor_seconds)}{launch}, "
                 f"{budget[task.key]} trials")
             outcomes.append(search(profile, task_deadline, None, budget[task.key]))
         # trials (and time) left once every task had its share (shares are rounded and clamped, and
@@ -418,9 +420,9 @@ def next_task(untuned: Sequence[TaskProfile], outcomes: Sequence[TaskOutcome]) -
 
 def gain_left(outcome: TaskOutcome) -> float:
     """What further search of a task could still save a run: its count times the gap from what
-    runs now (its baseline or its best kernel, the faster) down to its floor."""
+    runs now (its baseline or its best kernel, the faster) down to the least time it can take."""
     now = min((s for s in (outcome.profile.seconds, outcome.best_seconds) if s is not None), default=0.0)
-    return max(0.0, now - outcome.profile.floor_seconds) * outcome.profile.count
+    return max(0.0, now - outcome.profile.reachable_seconds) * outcome.profile.count
 
 
 def resumable_search(outcome: TaskOutcome) -> bool:
@@ -505,7 +507,8 @@ def _tune_task(task: Task, profile: TaskProfile, backend: Backend, runner: Any, 
         # the first round spends most of the budget; later rounds search what proposers derived
         share = remaining if rounds > 0 or len(proposers) == 1 else max(1, (remaining * 3) // 4)
         search = SearchOptions(trials=share, deadline=deadline, seed=options.seed,
-                               model_best_seconds=ranked[0][0] if ranked else None)
+                               model_best_seconds=ranked[0][0] if ranked else None,
+                               reachable_seconds=profile.reachable_seconds)
         found = search_workload(task, new, runner, storage=storage, log=log, store=store,
                                 floor_seconds=profile.floor_seconds, backend=backend.name, options=search,
                                 seeds=seeds, gate=options.gate, measure=options.measure, progress=on_trial,

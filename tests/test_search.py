@@ -40,12 +40,13 @@ def backend():
     return get_backend(load_target("h200"))
 
 
-def _search(backend, tmp_path: Path, storage: str, log_name: str, trials: int):
+def _search(backend, tmp_path: Path, storage: str, log_name: str, trials: int, reachable_seconds: float = 0.0):
     task = softmax_task(4, 100, "float32")
     return search_workload(task, backend.variants(task), InProcessRunner(backend), storage=storage,
                            log=RecordLog(tmp_path / log_name), store=ArtifactStore(tmp_path / "artifacts"),
                            floor_seconds=floor_seconds(task, backend.target), backend=backend.name,
-                           options=SearchOptions(trials=trials, patience=100), gate=GATE, measure=FAST)
+                           options=SearchOptions(trials=trials, patience=100, reachable_seconds=reachable_seconds),
+                           gate=GATE, measure=FAST)
 
 
 def test_a_second_run_never_remeasures(backend, tmp_path: Path) -> None:
@@ -63,6 +64,21 @@ def test_budget_counts_measurements_not_invalid_configs(backend, tmp_path: Path)
     assert result.measured == 2
     assert all(r.status != "invalid" for r in result.records if r.measurement)
     assert result.stop_reason.startswith("trial budget")
+
+
+def test_a_task_at_the_launch_floor_is_done(backend, tmp_path: Path) -> None:
+    """A kernel measured within the floor margin of the least time any kernel takes on the target
+    (its launch floor, longer than a tiny task's roofline floor) ends the search: nothing is left
+    to find. The floor counts in the headroom that shares out the trials too."""
+    done = _search(backend, tmp_path, f"sqlite:///{tmp_path / 's.db'}", "r.jsonl", trials=4, reachable_seconds=60.0)
+    assert done.measured == 1 and done.stop_reason == "within 10% of the launch floor"
+    h100 = load_target("h100").profile
+    assert h100.reachable_seconds(1e3, 4e3, "float16") == h100.limit("launch_seconds") > h100.floor_seconds(
+        1e3, 4e3, "float16")
+    assert h100.reachable_seconds(1e12, 1e9, "float16") == h100.floor_seconds(1e12, 1e9, "float16")
+    task = softmax_task(4, 100, "float32")
+    profile = TaskProfile(task, 2, 1e-7, Measurement([5e-6] * 3, "test"), "test", reachable_floor_seconds=3.4e-6)
+    assert profile.headroom_seconds == pytest.approx(2 * (5e-6 - 3.4e-6))
 
 
 def test_trials_follow_headroom() -> None:

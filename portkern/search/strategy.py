@@ -55,6 +55,9 @@ class SearchOptions:
     deadline: float | None = None  # time.time() after which no trial starts
     patience: int = 16  # trials without a gain larger than the noise before stopping
     floor_margin: float = 0.1  # stop once best <= floor * (1 + margin)
+    # the least time a kernel of this task is measured at, where longer than the roofline floor (a
+    # launch-bound task: HwProfile.reachable_seconds); reaching it stops the search the same way
+    reachable_seconds: float = 0.0
     sampler: str = "tpe"  # tpe | random; small spaces are enumerated whatever this says
     seed: int = 0
     max_duplicates: int = 50  # consecutive already-measured samples: the space is exhausted
@@ -252,12 +255,15 @@ def _stop_reason(result: SearchResult, options: SearchOptions, floor_seconds: fl
     # the deadline first: a budget filled by trials still building must not outlast it
     if options.deadline is not None and time.time() >= options.deadline:
         return "time budget spent", False
-    if best is not None and best.seconds is not None and floor_seconds > 0 \
-            and best.seconds <= floor_seconds * (1 + options.floor_margin):
-        return f"within {options.floor_margin:.0%} of the roofline floor", False
+    # a modeled clock's best first: it is exact where the floors are bounds
     if best is not None and best.seconds is not None and options.model_best_seconds is not None \
             and best.seconds <= options.model_best_seconds:
         return "at the cost model's best of the space", False
+    reachable = max(floor_seconds, options.reachable_seconds)
+    if best is not None and best.seconds is not None and reachable > 0 \
+            and best.seconds <= reachable * (1 + options.floor_margin):
+        floor = "roofline" if reachable == floor_seconds else "launch"
+        return f"within {options.floor_margin:.0%} of the {floor} floor", False
     if result.measured + in_flight >= options.trials:
         return f"trial budget ({options.trials}) spent", True
     if since_gain >= options.patience:
