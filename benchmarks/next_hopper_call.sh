@@ -5,12 +5,11 @@
 # On an H200: the FFN-epilogue grid and gemm_wgmma's table (neither has run on an H200), written
 # under benchmarks/results/ with their final names (and copied to $OUT), the h200 priors rebuilt
 # from them beside the tables h200.jsonl already names, then the tuned suites seeded by those
-# priors. On an H100 (run's kinds serve for each other): the attention-gqa suite through the search
-# beside SDPA (its decoding step is PACK_GQA's case; every candidate passes the gate there), an A/B
-# of attention_flash's HEAVY_FIRST order on its short causal case (in_sequence_probe), then
-# the models of gpu_models.py in $MODELS, each as model[:tuning seconds] (default: the LLaMA's
-# decoding step at 90 s, 1 grouped query over 1024 keys and skinny GEMMs; neither measured yet),
-# then, with PROBE=1, the in-sequence probe of BERT's FFN GEMM. Each step has its own timeout, so one
+# priors. On an H100 (run's kinds serve for each other): an A/B of PACK_GQA on the decoding step
+# (in_sequence_probe), then the models of gpu_models.py in $MODELS, each as model[:tuning seconds]
+# (default: Gemma 2's and GPT-J's widths, soft-capped attention logits, columns rotated in pairs
+# and float32-scored float16 attention, none timed on a GPU yet, 60 s each; llama-decode:90 is
+# the LLaMA's decoding step), then, with PROBE=1, the in-sequence probe of BERT's FFN GEMM. Each step has its own timeout, so one
 # that hangs costs only itself. What comes back (at most 8 files): device.txt, the grid, the table,
 # the suites', the models' or the probes' JSON, and every step's output in steps.log; the priors
 # are rebuilt here the same way from the grid and table. With little device time left:
@@ -47,17 +46,16 @@ if [ "$T" = h200 ]; then
   for name in ${H200_SUITES:-gemm-epilogue attention gemm}; do
     case $name in gemm-epilogue) suite $name 8 30 60;; *) suite $name 12 35 90;; esac
   done
-else  # the H100 ran the other suites, BERT's A/B and the fused decoders on 2026-12-07
-  suite attention-gqa 16 60 130
-  # attention_flash's HEAVY_FIRST (causal query blocks longest first) against its grid order on the
-  # short causal case where both kernels sat at 25% of the floor (26.1 us, SDPA 24.6), same process
-  F='"attention_flash", {"BLOCK_N": 64, "num_stages": 3'
-  timeout 100 python3 benchmarks/ops/in_sequence_probe.py --suite attention-gqa --filter llama --target h100 --rounds 3 \
-    --choices "[[$F, \"BLOCK_M\": 64, \"num_warps\": 4}], [$F, \"BLOCK_M\": 64, \"num_warps\": 4, \"HEAVY_FIRST\": true}],
-                [$F, \"BLOCK_M\": 128, \"num_warps\": 8}], [$F, \"BLOCK_M\": 128, \"num_warps\": 8, \"HEAVY_FIRST\": true}]]" \
-    --out "$OUT/heavy-first.json" > /tmp/heavy.log 2>&1
-  echo "heavy-first rc $?"; cat /tmp/heavy.log >> "$LOG"; grep "harness=" /tmp/heavy.log
-  for entry in ${MODELS:-llama-decode:90}; do  # model[:tuning seconds, 60 if not given]
+else  # the H100 ran the attention-gqa suite, HEAVY_FIRST's A/B and llama-decode on 2026-12-07 19:20
+  # PACK_GQA's A/B on the decoding step (the search kept it there at 0.94x SDPA, never timed against
+  # the unpacked kernel): attention_flash and attention_splitkv, each without and with it, same process
+  F='"attention_flash", {"BLOCK_M": 64, "BLOCK_N": 64, "TMA": true, "num_stages": 3, "num_warps": 4, "PACK_GQA"'
+  S='"attention_splitkv", {"BLOCK_M": 16, "BLOCK_N": 64, "SPLITS": 8, "num_stages": 2, "num_warps": 4, "PACK_GQA"'
+  timeout 120 python3 benchmarks/ops/in_sequence_probe.py --suite attention-gqa --filter decode --target h100 \
+    --rounds 2 --choices "[[$F: false}], [$F: true}], [$S: false}], [$S: true}]]" --out "$OUT/pack-gqa.json" \
+    > /tmp/pack.log 2>&1
+  echo "pack-gqa rc $?"; cat /tmp/pack.log >> "$LOG"; grep "harness=" /tmp/pack.log
+  for entry in ${MODELS:-gemma2:60 gptj:60}; do  # model[:tuning seconds, 60 if not given]
     model=${entry%%:*}; budget=60; [ "$entry" != "$model" ] && budget=${entry#*:}
     timeout $((budget + 130)) python3 benchmarks/models/gpu_models.py --models $model --target h100 \
       --time-budget $budget --rounds 2 \

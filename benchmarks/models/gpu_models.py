@@ -152,9 +152,29 @@ PYTHIA_SMOKE = TransformersSpec("GPTNeoXConfig", "GPTNeoXModel", dict(num_hidden
                                                                       rotary_pct=0.25, vocab_size=128,
                                                                       max_position_embeddings=64),
                                 "input_ids", (16,), batch=2)
+# GPT-J-6B's width at 2 of its 28 layers: 16 heads of 256, the first 64 columns of each rotated in pairs,
+# attention and MLP in parallel, q and k cast to float32 for the scores (about 1.2 GB of fp16 weights)
+GPTJ_2L = TransformersSpec("GPTJConfig", "GPTJModel", dict(n_layer=2, n_embd=4096, n_head=16, rotary_dim=64,
+                                                           n_positions=2048, vocab_size=50400), "input_ids", (512,),
+                           batch=4)
+GPTJ_SMOKE = TransformersSpec("GPTJConfig", "GPTJModel", dict(n_layer=1, n_embd=64, n_head=2, rotary_dim=16,
+                                                              n_positions=64, vocab_size=128), "input_ids", (16,),
+                              batch=2)
+# Gemma-2-2B's width at 4 of its 26 layers: 8 heads of 256 sharing 4 key/value heads, tanh soft-capped
+# attention logits, GeGLU; a 32000-token vocabulary (2B's 256000 would take 1.2 GB for the embedding alone)
+GEMMA2_4L = TransformersSpec("Gemma2Config", "Gemma2Model", dict(num_hidden_layers=4, hidden_size=2304,
+                                                                 intermediate_size=9216, num_attention_heads=8,
+                                                                 num_key_value_heads=4, head_dim=256,
+                                                                 vocab_size=32000, max_position_embeddings=2048),
+                             "input_ids", (512,), batch=4)
+GEMMA2_SMOKE = TransformersSpec("Gemma2Config", "Gemma2Model", dict(num_hidden_layers=1, hidden_size=64,
+                                                                    intermediate_size=128, num_attention_heads=4,
+                                                                    num_key_value_heads=2, head_dim=16,
+                                                                    vocab_size=128, max_position_embeddings=64),
+                                "input_ids", (16,), batch=2)
 TRANSFORMERS_MODELS = {  # name: (full size, --smoke stand-in)
     "gpt2": (GPT2_SMALL, GPT2_SMOKE), "vit-base": (VIT_B16, VIT_SMOKE), "llama": (LLAMA_4L, LLAMA_SMOKE),
-    "pythia": (PYTHIA_160M, PYTHIA_SMOKE),
+    "pythia": (PYTHIA_160M, PYTHIA_SMOKE), "gptj": (GPTJ_2L, GPTJ_SMOKE), "gemma2": (GEMMA2_4L, GEMMA2_SMOKE),
     "llama-decode": (replace(LLAMA_4L, example=(1,), batch=8, cache=1023),
                      replace(LLAMA_SMOKE, example=(1,), cache=15))}
 
