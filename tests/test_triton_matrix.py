@@ -202,6 +202,23 @@ def test_attention_runs_its_heaviest_causal_blocks_first(dtype: str) -> None:
     assert offered["attention_flash"].space["HEAVY_FIRST"] == (False,)
 
 
+def test_attention_keeps_its_grid_within_cuda_limits() -> None:
+    """A grid's second axis holds at most 65535 programs: with more (batch x heads) programs than
+    that the heads go on the first axis (HEAVY_FIRST; pinned on without a causal mask), a causal
+    order that would put them second is refused, and so is attention_splitkv there."""
+    wide = synthetic.attention_task(4097, 16, 1, 16, "float16", seq_kv=8)  # 65552 (batch, head) pairs
+    offered = _offered(BACKEND, wide)
+    assert offered["attention_flash"].space["HEAVY_FIRST"] == (True,)
+    splitkv = VARIANTS["attention_splitkv"]
+    reason = BACKEND.check(Candidate.of(splitkv, splitkv.default), wide)
+    assert reason is not None and "65535" in reason
+    causal = synthetic.attention_task(4097, 16, 1, 16, "float16", seq_kv=8, causal=True)
+    flash = VARIANTS["attention_flash"]
+    reason = BACKEND.check(Candidate.of(flash, {**flash.default, "HEAVY_FIRST": False}), causal)
+    assert reason is not None and "65535" in reason
+    assert BACKEND.check(Candidate.of(flash, {**flash.default, "HEAVY_FIRST": True}), causal) is None
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("name", ["attention_flash", "attention_splitkv"])
 def test_attention_soft_caps_its_logits(name: str, dtype: str) -> None:

@@ -60,6 +60,16 @@ def _pack_fixed(task):
     return {"PACK_GQA": False} if _task_pack_problem(task) else {}
 
 
+MAX_GRID_Y = 65535  # CUDA's limit on a grid's second (and third) axis; the first holds 2^31 - 1
+
+
+def _grid_axis_problem(programs, remedy):
+    """Why `programs` cannot be a launch grid's second axis, or None."""
+    if programs > MAX_GRID_Y:
+        return f"{programs} programs on the grid's second axis > {MAX_GRID_Y} ({remedy})"
+    return None
+
+
 def _head_dim_problem(task):
     head_dim = _logical(task, 0)[-1]
     if head_dim > MAX_HEAD_DIM:

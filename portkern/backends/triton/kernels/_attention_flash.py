@@ -34,16 +34,29 @@ def _kv_descriptors(p, block_n):
 
 
 def fixed(task, target):
-    """PACK_GQA and TMA off where the task or target rules them out for every tile; HEAVY_FIRST
-    off without a causal mask (every query block reads every key: no order is heavier)."""
-    return {**_pack_fixed(task), **({"TMA": False} if _tma_kv_problem(task, target) else {}),
-            **({} if task.attr("causal", False) else {"HEAVY_FIRST": False})}
+    """PACK_GQA and TMA off where the task or target rules them out for every tile. Without a
+    causal mask every query block reads every key, so HEAVY_FIRST only decides which grid axis holds
+    the heads: the second (off), unless there are more than that axis takes."""
+    pinned = {**_pack_fixed(task), **({"TMA": False} if _tma_kv_problem(task, target) else {})}
+    if not task.attr("causal", False):
+        batch, heads = _logical(task, 0)[:2]
+        pinned["HEAVY_FIRST"] = batch * heads > MAX_GRID_Y
+    return pinned
+
+
+def _grid(task, config):
+    """(query blocks, heads / PACK), the launch grid; HEAVY_FIRST swaps its axes."""
+    batch, heads, seq, _ = _logical(task, 0)
+    pack = _heads_per_tile(task, config)
+    grid = (triton.cdiv(seq, config["BLOCK_M"] // pack), batch * heads // pack)
+    return grid[::-1] if config["HEAVY_FIRST"] else grid
 
 
 def constraints(task, config, target):
-    return (_dot_precision_problem(task, target) or _head_dim_problem(task)
-            or (config["TMA"] and _tma_kv_problem(task, target))
-            or (config["PACK_GQA"] and _pack_problem(task, config)) or _register_problem(task, config, target) or None)
+    problem = (_dot_precision_problem(task, target) or _head_dim_problem(task)
+               or (config["TMA"] and _tma_kv_problem(task, target))
+               or (config["PACK_GQA"] and _pack_problem(task, config)) or _register_problem(task, config, target))
+    return problem or _grid_axis_problem(_grid(task, config)[1], "HEAVY_FIRST swaps the axes")
 
 
 def shared_memory(task, config):
@@ -91,9 +104,7 @@ def launch(task, config, inputs, outputs):
     p = _AttentionProblem(task, inputs, outputs)
     out = p.out
     pack = _heads_per_tile(task, config)
-    grid = (triton.cdiv(p.seq, config["BLOCK_M"] // pack), p.batch * p.heads // pack)
-    if config["HEAVY_FIRST"]:
-        grid = grid[::-1]
+    grid = _grid(task, config)
     # without TMA the descriptor slots take a placeholder pointer the kernel never reads
     k_desc, v_desc = _kv_descriptors(p, config["BLOCK_N"]) if config["TMA"] else p.tensors[1:3]
     _flash_attention[grid](*p.tensors[:3], k_desc, v_desc, p.mask, out, p.heads, p.seq, p.seq_kv, p.head_dim,
