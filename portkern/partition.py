@@ -11,8 +11,9 @@ Patterns (kinds and kernel signatures are in tasks.py):
               export) folds into `scale`; cap * tanh(scores / cap) (Gemma 2) is attrs["softcap"];
               float16 q and k cast to float32 for the scores, with the probabilities cast back for
               the product with v (GPT-J, CodeGen), are a float16 task (the Casts inside it); a
-              Transpose swapping the last two axes of K folds into k_transposed=False. A constant mask that is 0 on and below the (bottom-right aligned)
-              diagonal and <= -1e4 above is `causal` and stays a task constant.
+              Transpose swapping the last two axes of K folds into k_transposed=False. A constant
+              mask that is 0 on and below the (bottom-right aligned) diagonal and <= -1e4 above is
+              `causal` and stays a task constant.
               With fold_attention_transposes (a backend whose kernels read through strides), the
               Transposes that split the heads of q, k, v (sole users) and the one that merges the
               output's are the task's too: its operands are the contiguous buffers around them and

@@ -202,7 +202,8 @@ def attention_task(batch: int, heads: int, seq: int, head_dim: int, dtype: str =
     scores = builder.op("MatMul", [q, kt], scores_shape)
     scores = builder.op("Mul", [scores, builder.constant(1.0 / math.sqrt(head_dim))], scores_shape)
     if softcap is not None:
-        capped = builder.op("Tanh", [builder.op("Div", [scores, builder.constant(softcap)], scores_shape)], scores_shape)
+        divided = builder.op("Div", [scores, builder.constant(softcap)], scores_shape)
+        capped = builder.op("Tanh", [divided], scores_shape)
         scores = builder.op("Mul", [capped, builder.constant(softcap)], scores_shape)
     if mask:
         scores = builder.op("Add", [scores, builder.input("mask", mask_shape or (batch, 1, seq, sk))], scores_shape)

@@ -205,12 +205,17 @@ def test_attention_runs_its_heaviest_causal_blocks_first(dtype: str) -> None:
 def test_attention_keeps_its_grid_within_cuda_limits() -> None:
     """A grid's second axis holds at most 65535 programs: with more (batch x heads) programs than
     that the heads go on the first axis (HEAVY_FIRST; pinned on without a causal mask), a causal
-    order that would put them second is refused, and so is attention_splitkv there."""
+    order that would put them second is refused, and so is attention_splitkv there, whose merge
+    pass has a program for every (batch, head) even where its split pass packs them."""
     wide = synthetic.attention_task(4097, 16, 1, 16, "float16", seq_kv=8)  # 65552 (batch, head) pairs
     offered = _offered(BACKEND, wide)
     assert offered["attention_flash"].space["HEAVY_FIRST"] == (True,)
     splitkv = VARIANTS["attention_splitkv"]
     reason = BACKEND.check(Candidate.of(splitkv, splitkv.default), wide)
+    assert reason is not None and "65535" in reason
+    grouped = synthetic.attention_task(4097, 16, 1, 16, "float16", seq_kv=8, kv_heads=4)
+    packed = {**splitkv.default, "PACK_GQA": True}  # its split pass fits; its merge pass's grid does not
+    reason = BACKEND.check(Candidate.of(splitkv, packed), grouped)
     assert reason is not None and "65535" in reason
     causal = synthetic.attention_task(4097, 16, 1, 16, "float16", seq_kv=8, causal=True)
     flash = VARIANTS["attention_flash"]

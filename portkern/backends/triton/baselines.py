@@ -127,7 +127,8 @@ def _sdpa(scale: float, k_transposed: bool, has_mask: bool, causal: bool) -> Com
         if causal and mask is None and seq == seq_kv:  # SDPA's own causal path (flash kernels)
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=grouped)
         if causal:
-            mask = _causal_bias(q, seq_kv) if mask is None else mask + _causal_bias(q, seq_kv)
+            bias = _causal_bias(q, seq_kv)
+            mask = bias if mask is None else mask + bias
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=grouped)
     return compute
 
