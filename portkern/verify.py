@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence, TypeVar
 
+import ml_dtypes
 import numpy as np
 
 from .backends.base import Backend, Program
@@ -77,7 +78,19 @@ def make_inputs(task: Task, seed: int, distribution: str) -> list[np.ndarray]:
     same values on any host), several at once: one thread drew a 2048x5632x2048 GEMM's three
     operands in 0.66 s, and the gate draws three sets."""
     rng = np.random.default_rng(seed)
-    return [_draw(spec, rng, distribution, task.kind) for spec in task.inputs]
+    inputs = [_draw(spec, rng, distribution, task.kind) for spec in task.inputs]
+    if task.kind == "attention" and task.attr("mask", False) and distribution == "negative":
+        inputs[3] = _padding_mask(inputs[3], rng)
+    return inputs
+
+
+def _padding_mask(drawn: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """An attention mask as models build it: 0 where a key is seen, the dtype's lowest finite value
+    where it is hidden (transformers' finfo.min), about a quarter of the keys hidden and every key
+    of the first query row (a left-padded position), which the model averages over all its keys."""
+    hidden = rng.random(drawn.shape) < 0.25
+    hidden[..., 0, :] = True
+    return np.where(hidden, ml_dtypes.finfo(drawn.dtype).min, 0).astype(drawn.dtype)
 
 
 _DRAW_CHUNK = 1 << 20
@@ -119,8 +132,6 @@ def _values(rng: np.random.Generator, size: int, dtype: np.dtype, distribution: 
 
 def _numpy_dtype(name: str) -> Any:
     if name == "bfloat16":
-        import ml_dtypes
-
         return ml_dtypes.bfloat16
     return name
 

@@ -138,6 +138,19 @@ def test_inputs_drawn_in_chunks_are_the_seeds_on_any_number_of_threads(monkeypat
     assert not same_bits(threaded[1], make_inputs(task, seed=10, distribution="large")[1])
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_attention_masks_are_drawn_as_models_build_them(dtype: str) -> None:
+    """One distribution gives an attention mask as transformers builds one: 0 or the dtype's lowest
+    value (finfo.min, -inf once a kernel scales it to log2 units), with a query row whose every key
+    is hidden, whose output the model takes as the average of the values."""
+    task = synthetic.attention_task(2, 2, 9, 16, dtype, seq_kv=21, mask=True)
+    mask = make_inputs(task, 5, "negative")[3]
+    lowest = np.finfo(dtype).min
+    assert set(np.unique(mask)) == {0, lowest}
+    assert (mask[..., 0, :] == lowest).all() and (mask[..., 1:, :] == 0).any()
+    assert len(np.unique(make_inputs(task, 5, "normal")[3])) > 2  # the other draws stay random
+
+
 def test_same_bits_is_bitwise() -> None:
     import numpy as np
 

@@ -721,6 +721,18 @@ def test_staging_knob_is_refused_where_it_means_nothing(npu: NpuBackend) -> None
     assert reason and "not 512-byte aligned" in reason
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_attention_averages_a_row_its_mask_hides(npu: NpuBackend, dtype: str) -> None:
+    """The gate's padding mask (finfo.min, a query row with every key hidden), over several key blocks."""
+    task = attention_task(1, 2, 19, 16, dtype, mask=True, causal=True, seq_kv=300)
+    # key blocks of 512 B: UB's alignment rule in float16, L0B's size in float32
+    candidate = _candidate(npu, task, BLOCK_M=16, BLOCK_N={"float32": 128, "float16": 256}[dtype])
+    program = npu.load(npu.compile(candidate, task), task)
+    padding_mask = GateOptions(seeds=(7,), distributions=("negative",))
+    verdict = verify(npu, program, task, candidate.variant.precision, padding_mask)
+    assert verdict.passed, verdict.reason
+
+
 def test_soft_capped_attention_is_refused(npu: NpuBackend) -> None:
     task = attention_task(1, 2, 16, 16, "float16", causal=True, softcap=2.0)
     reason = npu.check(_candidate(npu, task), task)

@@ -219,7 +219,9 @@ def _attend_keys(acc, row_max, row_sum, q, k_base, v_base, m_base, rows, row_ok,
                 bias = tl.load(bias_ptrs, mask=row_ok[:, None] & (cols < key_hi)[None, :], other=0.0)
             else:
                 bias = tl.load(bias_ptrs, mask=row_ok[:, None], other=0.0)
-            scores += bias.to(tl.float32) * 1.4426950408889634
+            # transformers hides a key with its dtype's lowest value, -inf once in log2 units: held
+            # at -2^126 instead, a row the mask hides entirely averages its keys as the model does
+            scores = tl.maximum(scores + bias.to(tl.float32) * 1.4426950408889634, -8.507059173023462e37)
         if MASKED:
             visible = (cols < key_hi)[None, :]
             if CAUSAL:

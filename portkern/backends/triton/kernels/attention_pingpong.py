@@ -202,7 +202,9 @@ def _scores_to_probs(s, m_i, l_i, start, unmasked_end, rows, first_row, mask_src
         else:
             bias = _mask_block(mask_src, S - first_row, start, SK, sm_s, sm_k, block_m, block_n, s_layout, EDGE,
                                MASK_ALIGN)
-        s = s * (scale_log2 * 0.6931471805599453) + bias.to(gl.float32)
+        # held at -2^126 (as attention_flash holds it), which scales to log2 units exactly (no FFMA
+        # rounding below): a row that transformers' finfo.min mask hides entirely averages its keys
+        s = gl.maximum(s * (scale_log2 * 0.6931471805599453) + bias.to(gl.float32), -8.507059173023462e37)
         scale = 1.4426950408889634
     if EDGE and start + block_n > unmasked_end:
         visible = cols[None, :] < SK
