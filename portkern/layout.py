@@ -198,7 +198,6 @@ def _layout_inputs(graph: Graph, node: Node) -> tuple[int, ...] | None:
         return (0,)
     if len(graph.values.get(out, TensorSpec((), "")).shape) != 4:
         return None
-    out_shape = graph.values[out].shape
     if node.op_type == "Concat":  # the axis moves with the layout (SqueezeNet's fire modules)
         if not all(len(graph.values[name].shape) == 4 for name in node.inputs):
             return None
@@ -212,8 +211,8 @@ def _layout_inputs(graph: Graph, node: Node) -> tuple[int, ...] | None:
         if name in graph.constants:
             if len(spec.shape) > 4:
                 return None
-        elif spec.shape != out_shape:  # runtime operands broadcast against each other: left alone
-            return None
+        elif len(spec.shape) != 4:  # a 4-D operand broadcasts the same once both are permuted (squeeze-excite's
+            return None            # (N, C, 1, 1) scale); one of lower rank would broadcast over other axes
     return tuple(index for index, name in enumerate(node.inputs) if name)
 
 

@@ -92,7 +92,7 @@ import numpy as np
 from .executor import _explicit_pads, one_axis_cut
 from .ir import Graph, Node, TensorSpec, connected_groups
 from .layout import NHWC_OPS, ONNX_OF, channels_last, conv1d_as_2d, is_channels_last
-from .rewrites import collapse_layout_chains, reassociate_residuals, split_projections
+from .rewrites import collapse_layout_chains, fold_pads_into_convs, reassociate_residuals, split_projections
 from .tasks import FLOAT_DTYPES, Task, freeze_attrs
 
 if TYPE_CHECKING:
@@ -680,12 +680,18 @@ def _match_attention(ctx: _Context, scores_mm: Node) -> _Match | None:
         cur = capping[-1].outputs[0]
     mask = None
     causal = False
-    while (node := ctx.sole_user(cur, *_ADDS, "Where", "Reshape")) is not None:
+    while (node := ctx.sole_user(cur, *_ADDS, "Where", "Reshape", "Max")) is not None:
         shape = ctx.shape(cur)
         if ctx.shape(node.outputs[0]) not in (scores_shape, merged_shape):
             break
         if node.op_type == "Reshape":  # between the merged and the (B, H) view of the scores
             if ctx.shape(node.outputs[0]) == shape:
+                break
+        elif node.op_type == "Max":
+            # XGLM's (fairseq's) clamp of the masked scores at the dtype's lowest value: it changes
+            # only -inf, which every attention kernel holds at a finite floor of its own
+            lowest = ml_dtypes.finfo(ctx.spec(cur).dtype).min
+            if ctx.exact_scalar(ctx.other_input(node, cur) or "") != float(lowest):
                 break
         elif node.op_type == "Where":
             masked = _masked_where(ctx, node, cur)
@@ -1419,7 +1425,7 @@ def backend_tasks(graph: Graph, backend: Backend) -> tuple[Graph, list[Task]]:
     is NHWC; a chain of Transposes and Reshapes that only reshapes as one Reshape; a projection
     whose columns are cut into parts as one projection per part (rewrites.py), except where a task
     reads the cut in place (the Slices of a partial rotary task)."""
-    graph = reassociate_residuals(conv1d_as_2d(graph))
+    graph = reassociate_residuals(conv1d_as_2d(fold_pads_into_convs(graph)))
     if backend.conv_layout == "NHWC":
         graph = channels_last(graph)
     graph = collapse_layout_chains(graph)

@@ -22,11 +22,20 @@ mlp and attn are both projections that nothing else reads, becomes mlp + (attn +
 then one projection's residual epilogue, and no elementwise task is left between the layers. The
 same sum in exact arithmetic; in floating point the two roundings come in another order.
 
+fold_pads_into_convs: a Pad of zeros on the spatial axes in front of a Conv is the Conv's own
+padding. transformers' MobileNetV2 and EfficientNet pad ahead of their strided convs as TensorFlow
+does (more at the end than at the start): as a node of its own the Pad is a copy of the activation,
+and, on a channels-last backend, it cuts the NHWC stretch, costing two Transposes around every conv
+(MobileNetV2: 52 Pads and 104 Transposes between its tasks on h200). Every conv kernel takes uneven
+pads: they read the input at top/left offsets and treat rows and columns past its end as zeros.
+
 collapse_layout_chains: a chain of Transposes and Reshapes whose result lays the elements out in
 the order they already had is one Reshape, a view: ViT's patch embedding, run channels-last, goes
 back to NCHW, flattens the positions and transposes them first, (B, H, W, C) -> (B, HW, C) in two
-device copies where the NHWC buffer already is that. Whether a chain is such a view is checked by
-following the input's buffer through it as a strided view (no array is made, whatever the size).
+device copies where the NHWC buffer already is that; XGLM's probabilities go from (B*H, S, S) to
+(B, H, S, S) and back before their product, which reads them as the view they are. Whether a chain
+is such a view is checked by following the input's buffer through it as a strided view (no array is
+made, whatever the size).
 """
 from __future__ import annotations
 
@@ -169,9 +178,62 @@ def reassociate_residuals(graph: Graph) -> Graph:
 _LAYOUT_OPS = ("Transpose", "Reshape")
 
 
+def fold_pads_into_convs(graph: Graph) -> Graph:
+    """Every Pad of zeros on the spatial axes alone whose readers are all Convs reading it as their
+    data, as pads of those Convs (see the module docstring). The graph itself where there is none."""
+    consumers = graph.consumers()
+    folded: dict[str, tuple[str, list[int]]] = {}  # a Pad's output -> (its input, its spatial pads)
+    for node in graph.nodes:
+        pads = _spatial_zero_pads(graph, node)
+        readers = consumers.get(node.outputs[0], []) if pads is not None else []
+        if readers and node.outputs[0] not in graph.outputs and all(
+                reader.op_type == "Conv" and reader.domain in ("", "ai.onnx") and reader.inputs[0] == node.outputs[0]
+                and node.outputs[0] not in reader.inputs[1:]
+                and reader.attrs.get("auto_pad", "NOTSET") in ("NOTSET", "", "VALID") for reader in readers):
+            folded[node.outputs[0]] = (node.inputs[0], pads)
+    if not folded:
+        return graph
+    nodes: list[Node] = []
+    for node in graph.nodes:
+        if node.op_type == "Pad" and node.outputs[0] in folded:
+            continue
+        if node.op_type == "Conv" and node.inputs[0] in folded:
+            source, pads = folded[node.inputs[0]]
+            own = [int(p) for p in node.attrs.get("pads", [0] * len(pads))] \
+                if node.attrs.get("auto_pad", "NOTSET") != "VALID" else [0] * len(pads)
+            attrs = {key: value for key, value in node.attrs.items() if key != "auto_pad"}
+            node = replace(node, inputs=[source, *node.inputs[1:]],
+                           attrs={**attrs, "pads": [a + b for a, b in zip(own, pads)]})
+        nodes.append(node)
+    return with_nodes(graph, nodes, graph.values, graph.constants)
+
+
+def _spatial_zero_pads(graph: Graph, node: Node) -> list[int] | None:
+    """A Pad's begin and end pads over the axes after the first two (a Conv's pads attribute), where
+    it pads with zeros and only those axes, by a constant amount; else None."""
+    if node.op_type != "Pad" or node.domain not in ("", "ai.onnx") or node.attrs.get("mode", "constant") != "constant":
+        return None
+    if graph.opset < 11:
+        pads, value = node.attrs.get("pads"), node.attrs.get("value", 0.0)
+    else:
+        if len(node.inputs) > 3 and node.inputs[3]:  # axes (opset 18)
+            return None
+        pads = graph.constants.get(node.inputs[1])
+        fill = node.inputs[2] if len(node.inputs) > 2 else ""
+        value = graph.constants[fill].reshape(-1)[0] if fill in graph.constants else (None if fill else 0.0)
+    rank = len(graph.values[node.inputs[0]].shape)
+    if pads is None or value is None or float(value) != 0.0 or rank < 3 or len(pads) != 2 * rank:
+        return None
+    pads = [int(p) for p in pads]
+    begins, ends = pads[:rank], pads[rank:]
+    if any(p < 0 for p in pads) or any(begins[:2]) or any(ends[:2]):
+        return None
+    return begins[2:] + ends[2:]
+
+
 def collapse_layout_chains(graph: Graph) -> Graph:
     """Every maximal chain of Transposes and Reshapes (each value in it read only by the next,
-    none a graph output) that holds a Transpose and only reshapes its input, as one Reshape under
+    none a graph output) that only reshapes its input, as one Reshape under
     the chain's output name (see the module docstring). The graph itself where there is none."""
     consumers, producer = graph.consumers(), graph.producer()
     chains: list[list[Node]] = []
@@ -186,7 +248,7 @@ def collapse_layout_chains(graph: Graph) -> Graph:
                 and before.domain in ("", "ai.onnx") \
                 and _sole_consumer(graph, consumers, before.outputs[0]) is chain[0]:
             chain.insert(0, before)
-        if len(chain) > 1 and any(link.op_type == "Transpose" for link in chain) and _only_reshapes(graph, chain):
+        if len(chain) > 1 and _only_reshapes(graph, chain):
             chains.append(chain)
     if not chains:
         return graph

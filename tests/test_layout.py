@@ -95,6 +95,30 @@ def test_stretch_boundaries_constants_and_untouched_branches() -> None:
     assert channels_last(nhwc).nodes == nhwc.nodes  # a second pass finds nothing left to do
 
 
+def test_squeeze_excite_stays_channels_last() -> None:
+    """EfficientNet's and RegNet's squeeze-excite: a per-channel scale (N, C, 1, 1) computed from the
+    conv's own output by pooling, two 1x1 convs and a sigmoid multiplies it: both operands are 4-D,
+    so the product broadcasts the same once both are NHWC, and the block is one stretch. A runtime
+    operand of lower rank would broadcast over other axes in NHWC: that product is left out."""
+    rng = np.random.default_rng(1)
+    b = GraphBuilder("squeeze_excite", "float32")
+    x = b.input("x", (2, 8, 6, 5))
+    conv = b.op("Conv", [x, b.constant(rng.standard_normal((8, 8, 1, 1)))], (2, 8, 6, 5), kernel_shape=[1, 1])
+    pooled = b.op("GlobalAveragePool", [conv], (2, 8, 1, 1))
+    squeezed = b.op("Conv", [pooled, b.constant(rng.standard_normal((2, 8, 1, 1)))], (2, 2, 1, 1), kernel_shape=[1, 1])
+    excited = b.op("Conv", [b.op("Relu", [squeezed], (2, 2, 1, 1)), b.constant(rng.standard_normal((8, 2, 1, 1)))],
+                   (2, 8, 1, 1), kernel_shape=[1, 1])
+    scaled = b.op("Mul", [conv, b.op("Sigmoid", [excited], (2, 8, 1, 1))], (2, 8, 6, 5))
+    out = b.op("Conv", [scaled, b.constant(rng.standard_normal((4, 8, 1, 1)))], (2, 4, 6, 5), kernel_shape=[1, 1])
+    per_row = b.op("Mul", [out, b.input("row_scale", (6, 5))], (2, 4, 6, 5))
+    graph = b.graph([per_row])
+    nhwc = channels_last(graph)
+    assert not _onnx_layout_ops(nhwc)
+    assert [node.op_type for node in nhwc.nodes].count("Transpose") == 2  # x in, out back for the 2-D product
+    assert next(node for node in nhwc.nodes if node.outputs == [per_row]).inputs[0] == out
+    _same_outputs(graph, nhwc)
+
+
 def test_a_graph_without_convolutions_is_left_as_it_is() -> None:
     b = GraphBuilder("pool_only", "float32")
     graph = b.graph([b.op("MaxPool", [b.input("x", (1, 2, 4, 4))], (1, 2, 2, 2), kernel_shape=[2, 2],

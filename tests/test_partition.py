@@ -19,7 +19,7 @@ from portkern.hwprofile import load_target
 from portkern.ir import Graph
 from portkern.models import export_bert, random_feeds, randomize_weights, zoo_model_path
 from portkern.onnx_import import load_model
-from portkern.partition import ACTIVATION_FLOPS, canonical_float, evaluate_expr, partition, summarize
+from portkern.partition import ACTIVATION_FLOPS, backend_tasks, canonical_float, evaluate_expr, partition, summarize
 from portkern.synthetic import GraphBuilder
 from portkern.tasks import Task
 from portkern.verify import GateOptions, verify
@@ -333,6 +333,33 @@ def test_a_merged_scores_bias_that_differs_per_batch_is_not_folded() -> None:
     builder = GraphBuilder("merged_heads_batch_shared_bias", "float32")
     out = _merged_heads_attention(builder, b, h, s, d, (1, 1, s), causal_where=False)
     assert [task.kind for task in partition(builder.graph([out]))] == ["attention"]
+
+
+@pytest.mark.parametrize("floor, one_task", [(float(np.finfo(np.float32).min), True), (-1e4, False)])
+def test_attention_clamped_at_the_lowest_value_is_one_task(floor: float, one_task: bool) -> None:
+    """XGLM's (fairseq's) spelling: merged-heads scores viewed as (B, H, S, S) for the mask, clamped
+    by Max at float32's lowest value (which changes only -inf), the probabilities viewed there and
+    back before their product. One attention task (the two probability Reshapes collapse to one view);
+    a clamp at any other floor changes scores, and is left out of it."""
+    b, h, s, d = 1, 2, 5, 8
+    builder = GraphBuilder("clamped_scores", "float32")
+
+    def reshape(value: str, shape: tuple[int, ...]) -> str:
+        return builder.op("Reshape", [value, builder.constant(np.array(shape, np.int64), "int64")], shape)
+
+    q3, k3, v3 = (reshape(builder.input(name, (b, h, s, d)), (b * h, s, d)) for name in "qkv")
+    scores = builder.op("MatMul", [q3, builder.op("Transpose", [k3], (b * h, d, s), perm=[0, 2, 1])], (b * h, s, s))
+    scores = builder.op("Add", [reshape(scores, (b, h, s, s)), builder.input("mask", (b, 1, s, s))], (b, h, s, s))
+    scores = builder.op("Max", [scores, builder.constant(np.float32(floor))], (b, h, s, s))
+    probs = builder.op("Softmax", [reshape(scores, (b * h, s, s))], (b * h, s, s), axis=-1)
+    probs = reshape(reshape(probs, (b, h, s, s)), (b * h, s, s))
+    out = reshape(builder.op("MatMul", [probs, v3], (b * h, s, d)), (b, h, s, d))
+    _, tasks = backend_tasks(builder.graph([out]), get_backend(load_target("h200")))
+    kinds = [task.kind for task in tasks]
+    if one_task:
+        assert kinds == ["attention"] and tasks[0].attr("mask"), kinds
+    else:
+        assert "attention" not in kinds, kinds
 
 
 def test_a_written_out_activation_is_its_one_step() -> None:

@@ -34,6 +34,12 @@ quarter of each head, parallel block), phi3 (fused q/k/v and gate/up projections
 each head's q and k), gemma2 (tanh soft-capped attention logits), stablelm (a quarter of each head
 rotated, LayerNorm); roformer (BERT-like, sinusoidal positions rotated in pairs), funnel (the
 sequence pooled between blocks, relative attention), convnextv2 (global response normalization).
+More decoders at 2 layers, 256 wide: olmo (LayerNorm without parameters), olmo2 (RMSNorm of q and k
+over all heads), starcoder2, granite (embedding, attention, residual and logit multipliers), nemotron
+(squared ReLU, LayerNorm with weight + 1), persimmon (LayerNorm of each head's q and k), biogpt, xglm
+(scores clamped at float32's lowest by Max, probabilities viewed 4-D and back), mpt (ALiBi); and
+mobilebert (bottlenecks, NoNorm), electra, deit at 192 wide, resnet (depths 1-1-1-1). Cohere's and
+Mixtral's exports fail in the legacy exporter itself (a shape assertion; aten::histc), so they are not here.
 Each is eager attention, opset 17, the legacy exporter.
 """
 from __future__ import annotations
@@ -190,6 +196,32 @@ MODELS: dict[str, Callable[[], Entry]] = {
         block_sizes=[1, 1], d_model=256, n_head=4, d_head=64, d_inner=1024, vocab_size=2000))),
     "convnextv2": lambda: _pixels(transformers.ConvNextV2Model(transformers.ConvNextV2Config(
         depths=[1, 1, 2, 1], hidden_sizes=[48, 96, 192, 384])), "pooler_output"),
+    "olmo": lambda: _decoder(transformers.OlmoForCausalLM(_eager(transformers.OlmoConfig(
+        **_SMALL_DECODER, num_key_value_heads=2, pad_token_id=0)))),
+    "olmo2": lambda: _decoder(transformers.Olmo2ForCausalLM(_eager(transformers.Olmo2Config(
+        **_SMALL_DECODER, num_key_value_heads=2, pad_token_id=0)))),
+    "starcoder2": lambda: _decoder(transformers.Starcoder2ForCausalLM(_eager(transformers.Starcoder2Config(
+        **_SMALL_DECODER, num_key_value_heads=2)))),
+    "granite": lambda: _decoder(transformers.GraniteForCausalLM(_eager(transformers.GraniteConfig(
+        **_SMALL_DECODER, num_key_value_heads=2, embedding_multiplier=12.0, attention_multiplier=0.015625,
+        residual_multiplier=0.22, logits_scaling=8.0)))),
+    "nemotron": lambda: _decoder(transformers.NemotronForCausalLM(_eager(transformers.NemotronConfig(
+        **_SMALL_DECODER, num_key_value_heads=2, pad_token_id=0)))),
+    "persimmon": lambda: _decoder(transformers.PersimmonForCausalLM(_eager(transformers.PersimmonConfig(
+        **_SMALL_DECODER, pad_token_id=0)))),
+    "biogpt": lambda: _decoder(transformers.BioGptForCausalLM(_eager(transformers.BioGptConfig(
+        hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024, vocab_size=2000)))),
+    "xglm": lambda: _decoder(transformers.XGLMForCausalLM(_eager(transformers.XGLMConfig(
+        d_model=256, num_layers=2, attention_heads=4, ffn_dim=1024, vocab_size=2000)))),
+    "mobilebert": lambda: _tokens(transformers.MobileBertModel(_eager(transformers.MobileBertConfig(
+        num_hidden_layers=2, vocab_size=2000)))),
+    "electra": lambda: _tokens(transformers.ElectraModel(_eager(transformers.ElectraConfig(
+        hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024, vocab_size=2000)))),
+    "deit": lambda: _pixels(transformers.DeiTModel(_eager(transformers.DeiTConfig(
+        hidden_size=192, num_hidden_layers=2, num_attention_heads=3, intermediate_size=768)))),
+    "resnet": lambda: _pixels(transformers.ResNetModel(transformers.ResNetConfig(depths=[1, 1, 1, 1])), "pooler_output"),
+    "mpt": lambda: _decoder(transformers.MptForCausalLM(_eager(transformers.MptConfig(
+        d_model=256, n_layers=2, n_heads=4, vocab_size=2000)))),
 }
 
 
