@@ -115,11 +115,12 @@ ACTIVATION_FUNCS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "sigmoid": _sigmoid,
     "tanh": np.tanh,
     "relu6": lambda x: np.clip(x, 0.0, 6.0),
+    "hardswish": lambda x: x * np.clip(x / 6.0 + 0.5, 0.0, 1.0),  # MobileNetV3's, LeViT's
 }
 ACTIVATION_FLOPS = {"none": 0, "relu": 1, "relu6": 2, "sigmoid": 4, "tanh": 4, "silu": 5,
-                    "gelu": 8, "gelu_tanh": 10}
+                    "gelu": 8, "gelu_tanh": 10, "hardswish": 5}
 GEMM_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh")
-CONV_ACTIVATIONS = GEMM_ACTIVATIONS + ("relu6",)
+CONV_ACTIVATIONS = GEMM_ACTIVATIONS + ("relu6", "hardswish")
 
 _UNARY_STEPS = {"Sqrt": "sqrt", "Exp": "exp", "Log": "log", "Tanh": "tanh", "Sigmoid": "sigmoid",
                 "Relu": "relu", "Erf": "erf", "Neg": "neg", "Abs": "abs", "Reciprocal": "reciprocal"}
@@ -311,6 +312,12 @@ def _node_steps(ctx: _Context, node: Node, refs: dict[str, Any], steps: list[tup
         out = ref(0) if ctx.is_copy(node) else emit("cast", ref(0), ctx.spec(node.outputs[0]).dtype)
     elif op == "Where":
         out = emit("where", ref(0), ref(1), ref(2))
+    elif op in ("HardSigmoid", "HardSwish"):  # min(max(alpha x + beta, 0), 1) [times x]: steps every backend has
+        alpha, beta = (canonical_float(node.attrs.get("alpha", 0.2)), canonical_float(node.attrs.get("beta", 0.5))) \
+            if op == "HardSigmoid" else (canonical_float(1 / 6), 0.5)
+        out = emit("min", emit("max", emit("add", emit("mul", ref(0), alpha), beta), 0.0), 1.0)
+        if op == "HardSwish":
+            out = emit("mul", ref(0), out)
     else:  # Clip
         low, high = _clip_bounds(ctx, node)
         out = ref(0)
@@ -340,7 +347,7 @@ def _is_elementwise(ctx: _Context, node: Node) -> bool:
         return len(data) == 3 and ctx.is_float(data[1]) and ctx.is_float(data[2])
     if not all(ctx.is_float(name) or ctx.scalar(name) is not None for name in data):
         return False
-    if op in _UNARY_STEPS or op in ("Gelu", "Cast"):
+    if op in _UNARY_STEPS or op in ("Gelu", "Cast", "HardSigmoid", "HardSwish"):
         return len(data) == 1
     if op == "Pow":
         return len(node.inputs) == 2 and ctx.scalar(node.inputs[1]) is not None

@@ -144,6 +144,8 @@ GATE_CASES: list[tuple[str, Callable[[], Task], dict[str, Any]]] = [
     ("conv2d-fp16-dilation-relu6",
      lambda: conv2d_task(1, 4, 10, 9, 4, 3, 2, "float16", dilation=2, bias=False, activation="relu6"),
      {"BLOCK_M": 256, "BLOCK_N": 64}),
+    ("conv2d-fp32-hardswish",  # MobileNetV3's
+     lambda: conv2d_task(1, 4, 9, 7, 6, 3, 3, "float32", pad=1, activation="hardswish"), {"BLOCK_N": 64}),
     ("elementwise-fp32-add-scale-gelu",
      lambda: elementwise_task((37, 41), "float32", [("add", "in0", "in1"), ("mul", "t0", 0.5), ("gelu", "t1")]),
      {"BLOCK": 1024}),

@@ -14,7 +14,7 @@ import pytest
 from portkern import synthetic
 from portkern.backends import get_backend
 from portkern.backends.base import Candidate
-from portkern.executor import run_graph
+from portkern.executor import run_graph, run_nodes
 from portkern.hwprofile import load_target
 from portkern.ir import Graph
 from portkern.models import export_bert, random_feeds, randomize_weights, zoo_model_path
@@ -360,6 +360,28 @@ def test_attention_clamped_at_the_lowest_value_is_one_task(floor: float, one_tas
         assert kinds == ["attention"] and tasks[0].attr("mask"), kinds
     else:
         assert "attention" not in kinds, kinds
+
+
+def test_hard_activations_fuse_into_a_conv_or_an_elementwise_task() -> None:
+    """MobileNetV3's HardSwish after a conv is the conv's epilogue; its squeeze-excite gate (HardSigmoid
+    with torch's alpha of 1/6, times the features) is one elementwise task of steps every backend has."""
+    rng = np.random.default_rng(3)
+    b = GraphBuilder("hard", "float32")
+    x = b.input("x", (1, 4, 6, 6))
+    conv = b.op("Conv", [x, b.constant(rng.standard_normal((4, 4, 3, 3)))], (1, 4, 6, 6), kernel_shape=[3, 3],
+                pads=[1, 1, 1, 1])
+    features = b.op("HardSwish", [conv], (1, 4, 6, 6))
+    gate = b.op("HardSigmoid", [b.input("se", (1, 4, 1, 1))], (1, 4, 1, 1), alpha=1 / 6, beta=0.5)
+    out = b.op("Mul", [features, gate], (1, 4, 6, 6))
+    graph = b.graph([out])
+    tasks = partition(graph)
+    assert [(task.kind, task.attr("activation")) for task in tasks] == [("conv2d", "hardswish"), ("elementwise", None)]
+    values = {**graph.constants, "x": rng.standard_normal((1, 4, 6, 6)).astype(np.float32),
+              "se": (4 * rng.standard_normal((1, 4, 1, 1))).astype(np.float32)}
+    run_nodes(graph.nodes, values, graph.opset)
+    for task in tasks:
+        got = task.reference([values.get(name, task.constants.get(name)) for name in task.input_names])[0]
+        np.testing.assert_allclose(got, values[task.output_names[0]], rtol=1e-5, atol=1e-6)
 
 
 def test_a_written_out_activation_is_its_one_step() -> None:

@@ -84,7 +84,7 @@ CASES: dict[str, list[Callable[[str], Task]]] = {
         lambda dt: synthetic.conv2d_task(1, 2, 9, 9, 3, 3, 2, dt, dilation=2, pad=(2, 1), activation="tanh"),
         lambda dt: synthetic.conv2d_task(2, 6, 9, 10, 6, 3, 3, dt, stride=2, pad=1, group=6, activation="relu",
                                          residual=True),
-        lambda dt: synthetic.conv2d_task(1, 3, 7, 7, 6, 5, 5, dt, pad=2, group=3, bias=False),
+        lambda dt: synthetic.conv2d_task(1, 3, 7, 7, 6, 5, 5, dt, pad=2, group=3, bias=False, activation="hardswish"),
         # the channels-last graph's tasks (layout.py): NHWC buffers, OHWI weights
         lambda dt: synthetic.conv2d_task(2, 5, 9, 7, 6, 3, 3, dt, pad=1, activation="relu", nhwc=True),
         lambda dt: synthetic.conv2d_task(1, 40, 7, 6, 12, 3, 3, dt, stride=(1, 2), pad=(2, 1), dilation=(2, 1),

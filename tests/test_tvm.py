@@ -97,7 +97,7 @@ def test_conv2d_default_resnet_epilogue(backend: TvmBackend) -> None:
 
 
 @pytest.mark.parametrize("options", [dict(stride=2, pad=1, group=1, activation="silu"),
-                                     dict(stride=1, pad=2, dilation=2, group=1, bias=False)],
+                                     dict(stride=1, pad=2, dilation=2, group=1, bias=False, activation="hardswish")],
                          ids=["strided", "dilated"])
 def test_conv2d_sampled_configs(backend: TvmBackend, options: dict[str, Any]) -> None:
     task = synthetic.conv2d_task(**CONV_ODD, **options)

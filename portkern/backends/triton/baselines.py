@@ -23,6 +23,7 @@ _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "none": lambda x: x,
     "relu": F.relu,
     "relu6": lambda x: torch.clamp(x, 0.0, 6.0),
+    "hardswish": F.hardswish,
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "silu": F.silu,

@@ -61,10 +61,16 @@ def _relu6(x: te.Tensor) -> te.Tensor:
     return te.compute(x.shape, lambda *i: te.min(te.max(x(*i), zero), six), name="relu6")
 
 
+def _hardswish(x: te.Tensor) -> te.Tensor:
+    zero, one, half, sixth = (tvm.tirx.const(value, x.dtype) for value in (0.0, 1.0, 0.5, 1.0 / 6.0))
+    return te.compute(x.shape, lambda *i: x(*i) * te.min(te.max(x(*i) * sixth + half, zero), one), name="hardswish")
+
+
 ACTIVATIONS: dict[str, Callable[[te.Tensor], te.Tensor]] = {
     "none": lambda x: x,
     "relu": _relu,
     "relu6": _relu6,
+    "hardswish": _hardswish,
     "gelu": _gelu,
     "gelu_tanh": _gelu_tanh,
     "silu": _silu,

@@ -35,7 +35,7 @@ _UNARY: dict[str, Callable[[Any], Any]] = {
     "neg": lambda a: -a, "reciprocal": lambda a: 1.0 / a,
 }
 _POWERS: dict[float, Callable[[Any], Any]] = {2.0: lambda a: a * a, 3.0: lambda a: a * a * a, 0.5: te.sqrt}
-STEPS = frozenset({*_BINARY, *_UNARY, *ACTIVATIONS, "where"}) - {"none", "relu6", "silu"}
+STEPS = frozenset({*_BINARY, *_UNARY, *ACTIVATIONS, "where"}) - {"none", "relu6", "silu", "hardswish"}
 
 
 def check_expression(task: Task) -> str | None:
