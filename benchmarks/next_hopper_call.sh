@@ -9,7 +9,8 @@
 # the gate (tests/test_triton_matrix.py, compiled for the GPU), an A/B of PACK_GQA on the decoding step
 # (in_sequence_probe), then the models of gpu_models.py in $MODELS, each as model[:tuning seconds]
 # (default: Gemma 2's and GPT-J's widths, soft-capped attention logits, columns rotated in pairs
-# and float32-scored float16 attention, none timed on a GPU yet, 60 s each; llama-decode:90 is
+# and float32-scored float16 attention, none timed on a GPU yet, 60 s each, and transformers'
+# MobileNetV2, channels-last end to end since its Pads fold into its convs, 45 s; llama-decode:90 is
 # the LLaMA's decoding step), then, with PROBE=1, the in-sequence probe of BERT's FFN GEMM. Each step has its own timeout, so one
 # that hangs costs only itself. What comes back (at most 8 files): device.txt, the grid, the table,
 # the suites', the models' or the probes' JSON, and every step's output in steps.log; the priors
@@ -61,7 +62,7 @@ else  # the H100 ran the attention-gqa suite, HEAVY_FIRST's A/B and llama-decode
     --rounds 2 --choices "[[$F: false}], [$F: true}], [$S: false}], [$S: true}]]" --out "$OUT/pack-gqa.json" \
     > /tmp/pack.log 2>&1
   echo "pack-gqa rc $?"; cat /tmp/pack.log >> "$LOG"; grep "harness=" /tmp/pack.log
-  for entry in ${MODELS:-gemma2:60 gptj:60}; do  # model[:tuning seconds, 60 if not given]
+  for entry in ${MODELS:-gemma2:60 mobilenet-v2:45 gptj:60}; do  # model[:tuning seconds, 60 if not given]
     model=${entry%%:*}; budget=60; [ "$entry" != "$model" ] && budget=${entry#*:}
     timeout $((budget + 130)) python3 benchmarks/models/gpu_models.py --models $model --target h100 \
       --time-budget $budget --rounds 2 \

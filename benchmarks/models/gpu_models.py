@@ -79,7 +79,7 @@ from portkern.measure import MeasureOptions, kernel_device_times
 from portkern.models import _bert_module, export_bert, random_feeds
 
 sys.path.insert(0, str(Path(__file__).parent))
-from export_hf import _eager, _Field  # noqa: E402  (eager attention; one output field as a plain tensor)
+from export_hf import _eager, _Field, calibrate_batch_norms  # noqa: E402  (eager attention; one output field)
 
 Run = Callable[[], Any]
 
@@ -172,11 +172,23 @@ GEMMA2_SMOKE = TransformersSpec("Gemma2Config", "Gemma2Model", dict(num_hidden_l
                                                                     num_key_value_heads=2, head_dim=16,
                                                                     vocab_size=128, max_position_embeddings=64),
                                 "input_ids", (16,), batch=2)
+# transformers' MobileNetV2 (width 1.0, 224 px): depthwise convs, ReLU6, TensorFlow's "same" padding as Pads
+# ahead of the strided convs; and EfficientNet-B0 (SiLU, squeeze-excite): CNNs whose convs, since
+# 2026-12-07, stay channels-last end to end (the Pads fold into the convs, the excitation's scale is NHWC)
+MOBILENET_V2 = TransformersSpec("MobileNetV2Config", "MobileNetV2Model", {}, "pixel_values", (3, 224, 224), batch=32)
+MOBILENET_SMOKE = TransformersSpec("MobileNetV2Config", "MobileNetV2Model", dict(depth_multiplier=0.35, image_size=32),
+                                   "pixel_values", (3, 32, 32), batch=2)
+EFFICIENTNET_B0 = TransformersSpec("EfficientNetConfig", "EfficientNetModel", {}, "pixel_values", (3, 224, 224),
+                                   batch=32)
+EFFICIENTNET_SMOKE = TransformersSpec("EfficientNetConfig", "EfficientNetModel",
+                                      dict(image_size=32, width_coefficient=0.25, depth_coefficient=0.25,
+                                           hidden_dim=320), "pixel_values", (3, 32, 32), batch=2)
 TRANSFORMERS_MODELS = {  # name: (full size, --smoke stand-in)
     "gpt2": (GPT2_SMALL, GPT2_SMOKE), "vit-base": (VIT_B16, VIT_SMOKE), "llama": (LLAMA_4L, LLAMA_SMOKE),
     "pythia": (PYTHIA_160M, PYTHIA_SMOKE), "gptj": (GPTJ_2L, GPTJ_SMOKE), "gemma2": (GEMMA2_4L, GEMMA2_SMOKE),
     "llama-decode": (replace(LLAMA_4L, example=(1,), batch=8, cache=1023),
-                     replace(LLAMA_SMOKE, example=(1,), cache=15))}
+                     replace(LLAMA_SMOKE, example=(1,), cache=15)),
+    "mobilenet-v2": (MOBILENET_V2, MOBILENET_SMOKE), "efficientnet-b0": (EFFICIENTNET_B0, EFFICIENTNET_SMOKE)}
 
 
 @dataclass
@@ -255,12 +267,14 @@ def transformers_model(name: str, spec: TransformersSpec, dtype: str, device: to
     torch_dtype = getattr(torch, dtype)
     tokens = spec.input.endswith("_ids")
     wrapper = _DecodingStep if spec.cache else _TokensField if tokens else _Field
-    module = wrapper(model, spec.output).eval().to(device=device, dtype=torch_dtype)
+    module = wrapper(model, spec.output).to(device=device)
     batch = spec.batch if spec.cache else 1
     if tokens:
         example = torch.randint(0, min(config.vocab_size, 100), (batch, *spec.example), device=device)
-    else:
+    else:  # BatchNorm statistics from a batch of such inputs, in float32 (export_hf.calibrate_batch_norms)
+        module = calibrate_batch_norms(module, (torch.randn(8, *spec.example, device=device),))
         example = torch.randn(1, *spec.example, device=device, dtype=torch_dtype)
+    module = module.eval().to(dtype=torch_dtype)
     past = _cache_inputs(spec, config, batch) if spec.cache else {}
     examples = (example, *(torch.randn(shape, device=device, dtype=torch_dtype) for shape in past.values()))
     path = folder / f"{name}-{dtype}.onnx"
@@ -527,7 +541,8 @@ def main() -> int:
                              "(batch 32 x 3 x 224 x 224), gpt2 (GPT2Model, GPT-2 small, batch 8 x seq 512), vit-base "
                              "(ViTModel B/16, batch 32 x 3 x 224 x 224), llama (LlamaModel at TinyLlama-1.1B's width, "
                              "4 layers, batch 4 x seq 512), pythia, llama-decode (one decoding step of that "
-                             "llama, batch 8, 1023 cached positions)")
+                             "llama, batch 8, 1023 cached positions), mobilenet-v2, efficientnet-b0 (transformers' "
+                             "MobileNetV2 and EfficientNet-B0, batch 32 x 3 x 224 x 224)")
     parser.add_argument("--target", default="h200")
     parser.add_argument("--time-budget", type=float, default=240.0, help="portkern's tuning budget per model, s")
     parser.add_argument("--trials", type=int, default=200)
