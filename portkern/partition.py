@@ -696,7 +696,7 @@ def _match_attention(ctx: _Context, scores_mm: Node) -> _Match | None:
                 break
         elif node.op_type == "Max":
             # XGLM's (fairseq's) clamp of the masked scores at the dtype's lowest value: it changes
-            # only -inf, which every attention kernel holds at a finite floor of its own
+            # only -inf, which scores plus transformers' masks (finfo.min, not -inf) do not reach
             lowest = ml_dtypes.finfo(ctx.spec(cur).dtype).min
             if ctx.exact_scalar(ctx.other_input(node, cur) or "") != float(lowest):
                 break

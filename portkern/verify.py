@@ -86,10 +86,12 @@ def make_inputs(task: Task, seed: int, distribution: str) -> list[np.ndarray]:
 
 def _padding_mask(drawn: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """An attention mask as models build it: 0 where a key is seen, the dtype's lowest finite value
-    where it is hidden (transformers' finfo.min), about a quarter of the keys hidden and every key
-    of the first query row (a left-padded position), which the model averages over all its keys."""
+    where it is hidden (transformers' finfo.min), about a quarter of the keys hidden and, where the
+    mask has a row per query, every key of the first (a left-padded position), which the model
+    averages over all its keys."""
     hidden = rng.random(drawn.shape) < 0.25
-    hidden[..., 0, :] = True
+    if drawn.ndim >= 2 and drawn.shape[-2] > 1:  # not an encoder's (B, 1, 1, Sk) key mask
+        hidden[..., 0, :] = True
     return np.where(hidden, ml_dtypes.finfo(drawn.dtype).min, 0).astype(drawn.dtype)
 
 

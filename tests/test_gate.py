@@ -149,6 +149,9 @@ def test_attention_masks_are_drawn_as_models_build_them(dtype: str) -> None:
     assert set(np.unique(mask)) == {0, lowest}
     assert (mask[..., 0, :] == lowest).all() and (mask[..., 1:, :] == 0).any()
     assert len(np.unique(make_inputs(task, 5, "normal")[3])) > 2  # the other draws stay random
+    keys_only = synthetic.attention_task(2, 2, 9, 16, dtype, mask=True, mask_shape=(2, 1, 1, 9))
+    mask = make_inputs(keys_only, 5, "negative")[3]  # an encoder's key mask: some keys hidden, not all
+    assert set(np.unique(mask)) == {0, lowest}
 
 
 def test_same_bits_is_bitwise() -> None:
