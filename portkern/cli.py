@@ -147,9 +147,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     target = load_target(args.target)
     graph, tasks_in_order = backend_tasks(_load(args), get_backend(target))
     tasks = summarize(tasks_in_order)
-    covered = {id(node) for task in tasks_in_order for node in task.nodes}
+    # by name, as the runtime skips them: a task with folded weights runs new nodes under the old names
+    covered = {node.name for task in tasks_in_order for node in task.nodes}
     # what no task covers runs as glue (the backend's own runtime): a copy there is time no kernel wins back
-    glue = Counter(node.op_type for node in graph.nodes if id(node) not in covered)
+    glue = Counter(node.op_type for node in graph.nodes if node.name not in covered)
     data = []
     for task, count in tasks:
         floor = target.profile.floor_seconds(task.flops, task.min_bytes, task.dtype)

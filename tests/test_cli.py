@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
@@ -149,3 +150,24 @@ def test_inspect_names_the_glue_between_tasks(capsys, tmp_path: Path) -> None:
     assert code == 0 and "glue between the tasks: Transpose x1" in out
     code, out, _ = _run(capsys, "inspect", str(path), "--target", "h200", "--json")
     assert json.loads(out)["glue"] == {"Transpose": 1}
+
+
+def test_inspect_counts_a_folded_batch_norm_as_its_convs(capsys, tmp_path: Path) -> None:
+    """A BatchNormalization folded into its conv runs inside the conv's task (as the runtime skips
+    it, by name): it is no glue, nor is the conv the task runs with folded weights."""
+    rng = np.random.default_rng(0)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])
+    weights = [helper.make_tensor("w", TensorProto.FLOAT, [4, 3, 3, 3], rng.standard_normal(108).tolist())] + [
+        helper.make_tensor(name, TensorProto.FLOAT, [4], values)
+        for name, values in (("gamma", [1.0, 2.0, 0.5, 1.5]), ("beta", [0.1, 0.0, -0.2, 0.3]),
+                             ("mean", [0.0, 0.5, -0.5, 0.2]), ("var", [1.0, 2.0, 0.5, 1.5]))]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "gamma", "beta", "mean", "var"], ["n"]),
+             helper.make_node("Relu", ["n"], ["y"])]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y], weights),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "conv_bn.onnx"
+    onnx.save(model, path)
+    code, out, _ = _run(capsys, "inspect", str(path), "--target", "cpu")  # NCHW: no layout Transposes either
+    assert code == 0 and "glue between the tasks: none" in out, out
