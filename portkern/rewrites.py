@@ -22,6 +22,12 @@ mlp and attn are both projections that nothing else reads, becomes mlp + (attn +
 then one projection's residual epilogue, and no elementwise task is left between the layers. The
 same sum in exact arithmetic; in floating point the two roundings come in another order.
 
+fold_layer_scales: a projection whose output is multiplied by a constant per column (ConvNeXt's,
+DINOv2's, BEiT's and CaiT's layer scale, gamma * (x W + b)) is the projection by W and b with those
+columns scaled: the residual add after it becomes the GEMM's epilogue, where the Mul was an
+elementwise task of its own (ConvNeXt: one in each block). The same arithmetic up to the rounding of
+the scaled weights, as folding a BatchNorm into a conv.
+
 fold_pads_into_convs: a Pad of zeros on the spatial axes in front of a Conv is the Conv's own
 padding. transformers' MobileNetV2 and EfficientNet pad ahead of their strided convs as TensorFlow
 does (more at the end than at the start): as a node of its own the Pad is a copy of the activation,
@@ -48,6 +54,7 @@ import numpy as np
 from .executor import one_axis_slice
 from .ir import Graph, Node, TensorSpec
 from .layout import with_nodes
+from .tasks import FLOAT_DTYPES
 
 MIN_PART = 128  # narrower parts make GEMMs whose tiles idle more than the copies they save
 
@@ -140,6 +147,74 @@ def _projected(graph: Graph, producer: dict[str, Node], value: str) -> bool:
     if node is not None and node.op_type == "Add" and any(name in graph.constants for name in node.inputs):
         node = producer.get(next(name for name in node.inputs if name not in graph.constants))
     return node is not None and node.op_type in ("MatMul", "Gemm") and node.domain in ("", "ai.onnx")
+
+
+def fold_layer_scales(graph: Graph) -> Graph:
+    """Every Mul of a projection (its bias Add included) by a constant per column, which nothing
+    else reads, as the projection with its weight's columns and its bias scaled, under the Mul's
+    output name (see the module docstring). The graph itself where there is none."""
+    consumers, producer = graph.consumers(), graph.producer()
+    plans: dict[int, tuple[Node, Node | None, np.ndarray]] = {}  # id(Mul) -> (projection, bias Add, scale)
+    for mul in graph.nodes:
+        if mul.op_type != "Mul" or mul.domain not in ("", "ai.onnx") or len(mul.inputs) != 2:
+            continue
+        value, factor = mul.inputs if mul.inputs[1] in graph.constants else mul.inputs[::-1]
+        shape = graph.values[value].shape
+        scale = graph.constants.get(factor)
+        if scale is None or value in graph.constants or not shape or graph.values[mul.outputs[0]].shape != shape \
+                or scale.ndim > len(shape) or any(size != 1 for size in scale.shape[:-1]) \
+                or scale.shape[-1:] not in ((), (1,), (shape[-1],)) or scale.dtype.name not in FLOAT_DTYPES:
+            continue
+        chain = _projection_read_by(graph, consumers, producer, value, mul)
+        if chain is not None:
+            plans[id(mul)] = (*chain, np.broadcast_to(scale.astype(np.float64).reshape(-1), shape[-1:]))
+    if not plans:
+        return graph
+    scaled: dict[int, Node] = {}  # id(projection or bias Add) -> it with scaled constants
+    constants, values = dict(graph.constants), dict(graph.values)
+    for mul in graph.nodes:
+        if id(mul) not in plans:
+            continue
+        product, bias_add, scale = plans[id(mul)]
+
+        def scaled_constant(name: str, on_rows: bool = False) -> str:
+            array = graph.constants[name]
+            new = f"{mul.name or mul.outputs[0]}::scaled_{name}"
+            constants[new] = (array.astype(np.float64) * (scale[:, None] if on_rows else scale)).astype(array.dtype)
+            values[new] = graph.values[name]
+            return new
+
+        transposed = product.op_type == "Gemm" and bool(product.attrs.get("transB", 0))  # (N, K): scale its rows
+        scaled[id(product)] = replace(product, inputs=[
+            product.inputs[0], scaled_constant(product.inputs[1], on_rows=transposed),
+            *(scaled_constant(name) if name else name for name in product.inputs[2:])])
+        if bias_add is not None:
+            scaled[id(bias_add)] = replace(bias_add, inputs=[
+                scaled_constant(name) if name in graph.constants else name for name in bias_add.inputs])
+        tail = id(bias_add if bias_add is not None else product)
+        scaled[tail] = replace(scaled[tail], outputs=list(mul.outputs))  # its readers read the Mul's name
+    nodes = [scaled.get(id(node), node) for node in graph.nodes if id(node) not in plans]
+    return with_nodes(graph, nodes, values, constants)
+
+
+def _projection_read_by(graph: Graph, consumers: dict[str, list[Node]], producer: dict[str, Node], value: str,
+                        reader: Node) -> tuple[Node, Node | None] | None:
+    """(the projection, its bias Add by a constant of its width, or None) that makes `value`, read
+    only by `reader`; None where `value` is not such a projection's."""
+    if _sole_consumer(graph, consumers, value) is not reader:
+        return None
+    node, bias_add = producer.get(value), None
+    if node is not None and node.op_type == "Add" and node.domain in ("", "ai.onnx") and len(node.inputs) == 2:
+        constant = [name for name in node.inputs if name in graph.constants]
+        if len(constant) != 1 or graph.values[constant[0]].shape != graph.values[value].shape[-1:]:
+            return None
+        bias_add, value = node, next(name for name in node.inputs if name not in graph.constants)
+        if _sole_consumer(graph, consumers, value) is not bias_add:
+            return None
+        node = producer.get(value)
+    if node is None or not _is_projection(graph, node):
+        return None
+    return node, bias_add
 
 
 def reassociate_residuals(graph: Graph) -> Graph:

@@ -11,8 +11,8 @@ from portkern.executor import run_graph
 from portkern.hwprofile import load_target
 from portkern.ir import Graph, Node, TensorSpec
 from portkern.partition import backend_tasks
-from portkern.rewrites import (MIN_PART, collapse_layout_chains, fold_pads_into_convs, reassociate_residuals,
-                               split_projections)
+from portkern.rewrites import (MIN_PART, collapse_layout_chains, fold_layer_scales, fold_pads_into_convs,
+                               reassociate_residuals, split_projections)
 from portkern.synthetic import GraphBuilder
 
 
@@ -307,3 +307,46 @@ def test_a_pad_that_is_not_a_convs_zero_padding_stays(why: str, pads: list[int],
     graph, padded = _padded_conv(17, pads, fill, mode, also_read)
     folded = fold_pads_into_convs(graph)
     assert padded in {name for node in folded.nodes for name in node.outputs}, why
+
+
+def _layer_scaled(scale_shape: tuple[int, ...], gemm: bool = False, read_twice: bool = False) -> tuple[Graph, str]:
+    """ConvNeXt's and DINOv2's block end: x + gamma * (h W + b), as MatMul and Add or as one Gemm
+    with transB (a 2-D h)."""
+    rng = np.random.default_rng(5)
+    b = GraphBuilder("layer_scale", "float32")
+    rows = (6, 8) if gemm else (2, 6, 8)
+    h, x = b.input("h", rows), b.input("x", (*rows[:-1], 4))
+    if gemm:
+        product = b.op("Gemm", [h, b.constant(rng.standard_normal((4, 8))), b.constant(rng.standard_normal(4))],
+                       (6, 4), transB=1)
+    else:
+        product = b.op("Add", [b.constant(rng.standard_normal(4)),
+                               b.op("MatMul", [h, b.constant(rng.standard_normal((8, 4)))], (*rows[:-1], 4))],
+                       (*rows[:-1], 4))
+    scaled = b.op("Mul", [b.constant(rng.standard_normal(scale_shape)), product], (*rows[:-1], 4))
+    outputs = [b.op("Add", [x, scaled], (*rows[:-1], 4))] + ([b.op("Relu", [product], (*rows[:-1], 4))]
+                                                             if read_twice else [])
+    return b.graph(outputs), scaled
+
+
+@pytest.mark.parametrize("scale_shape, gemm", [((4,), False), ((1, 1, 4), False), ((), False), ((4,), True)])
+def test_a_layer_scale_folds_into_its_projection(scale_shape: tuple[int, ...], gemm: bool) -> None:
+    """The Mul goes; the projection's weight columns and bias carry the scale; the residual add is
+    then the GEMM's epilogue: one task."""
+    graph, _ = _layer_scaled(scale_shape, gemm)
+    folded = fold_layer_scales(graph)
+    assert "Mul" not in [node.op_type for node in folded.nodes]
+    rng = np.random.default_rng(0)
+    feeds = {name: rng.standard_normal(graph.values[name].shape).astype(np.float32) for name in graph.inputs}
+    want, got = run_graph(graph, feeds), run_graph(folded, feeds)
+    np.testing.assert_allclose(got[graph.outputs[0]], want[graph.outputs[0]], rtol=1e-5, atol=1e-5)
+    _, tasks = backend_tasks(graph, get_backend(load_target("h200")))
+    assert [(task.kind, task.attr("bias"), task.attr("residual")) for task in tasks] == [("gemm", True, True)]
+
+
+@pytest.mark.parametrize("why, scale_shape, read_twice", [("a scale per row", (6, 1), False),
+                                                          ("the projection read twice", (4,), True)])
+def test_a_scale_that_is_not_per_column_or_not_alone_stays(why: str, scale_shape: tuple[int, ...],
+                                                           read_twice: bool) -> None:
+    graph, _ = _layer_scaled(scale_shape, read_twice=read_twice)
+    assert fold_layer_scales(graph) is graph, why
