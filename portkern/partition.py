@@ -1009,6 +1009,26 @@ def _match_layernorm_op(ctx: _Context, node: Node) -> _Match | None:
     return _norm_match(ctx, "layernorm", x, [node], eps, node.outputs[0], list(node.inputs[1:3]))
 
 
+def _match_instance_norm(ctx: _Context, node: Node) -> _Match | None:
+    """InstanceNormalization of a (N, G, L) value with scale 1 and bias 0: torch's export of
+    GroupNorm (a Reshape to groups before it, the per-channel affine after: wav2vec2's and HuBERT's
+    feature extractors, PoolFormer) normalizes each row of L values, a layernorm with a weight of
+    ones and a bias of zeros. Its reference runs as LayerNormalization, an op from opset 17."""
+    x = node.inputs[0]
+    scale, shift = (ctx.graph.constants.get(name) for name in node.inputs[1:3])
+    if len(ctx.shape(x)) != 3 or ctx.graph.opset < 17 or scale is None or shift is None \
+            or np.any(scale != 1) or np.any(shift != 0):
+        return None
+    row, dtype, eps = ctx.shape(x)[-1], ctx.spec(x).dtype, node.attrs.get("epsilon", 1e-5)
+    prefix = f"{node.name or node.outputs[0]}::as_layernorm"
+    params = [f"{prefix}_weight", f"{prefix}_bias"]
+    match = _norm_match(ctx, "layernorm", x, [node], eps, node.outputs[0], params)
+    match.folded = {params[0]: np.ones(row, dtype), params[1]: np.zeros(row, dtype)}
+    match.nodes = [Node(node.name, "LayerNormalization", [x, *params], list(node.outputs),
+                        {"axis": -1, "epsilon": eps})]
+    return match
+
+
 def _match_softmax(ctx: _Context, node: Node) -> _Match | None:
     if not _is_last_axis_softmax(ctx, node):
         return None
@@ -1321,6 +1341,7 @@ _ANCHORS: dict[str, Callable[[_Context, Node], _Match | None]] = {
     "AveragePool": _match_pool,
     "GlobalAveragePool": _match_pool,
     "LayerNormalization": _match_layernorm_op,
+    "InstanceNormalization": _match_instance_norm,
     "ReduceMean": lambda ctx, node: _match_layernorm_primitive(ctx, node) or _match_reduce(ctx, node),
     "ReduceSum": _match_reduce,
     "ReduceMax": _match_reduce,

@@ -384,6 +384,30 @@ def test_hard_activations_fuse_into_a_conv_or_an_elementwise_task() -> None:
         np.testing.assert_allclose(got, values[task.output_names[0]], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("opset, layernorm", [(17, True), (13, False)])
+def test_group_norm_as_torch_exports_it_is_a_layernorm_of_each_group(opset: int, layernorm: bool) -> None:
+    """GroupNorm: a Reshape to (N, G, C/G * H * W), InstanceNormalization with scale 1 and bias 0, a
+    Reshape back and the per-channel affine. The normalization is a layernorm task over the groups'
+    rows (its reference a LayerNormalization, from opset 17); the affine an elementwise task."""
+    rng = np.random.default_rng(4)
+    b = GraphBuilder("group_norm", "float32")
+    x = b.input("x", (2, 6, 5, 5))
+    groups = b.op("Reshape", [x, b.constant(np.array([2, 3, -1]), "int64")], (2, 3, 50))
+    normed = b.op("InstanceNormalization", [groups, b.constant(np.ones(3)), b.constant(np.zeros(3))], (2, 3, 50),
+                  epsilon=1e-5)
+    back = b.op("Reshape", [normed, b.constant(np.array([2, 6, 5, 5]), "int64")], (2, 6, 5, 5))
+    out = b.op("Add", [b.op("Mul", [back, b.constant(rng.standard_normal((6, 1, 1)))], (2, 6, 5, 5)),
+                       b.constant(rng.standard_normal((6, 1, 1)))], (2, 6, 5, 5))
+    graph = b.graph([out], opset)
+    tasks = partition(graph)
+    assert [task.kind for task in tasks] == (["layernorm", "elementwise"] if layernorm else ["elementwise"])
+    values = {**graph.constants, "x": (3 * rng.standard_normal((2, 6, 5, 5)) + 1).astype(np.float32)}
+    run_nodes(graph.nodes, values, graph.opset)
+    for task in tasks:
+        got = task.reference([values.get(name, task.constants.get(name)) for name in task.input_names])[0]
+        np.testing.assert_allclose(got, values[task.output_names[0]], rtol=1e-5, atol=1e-5)
+
+
 def test_a_written_out_activation_is_its_one_step() -> None:
     """GPT-2's export spells GELU (tanh form) in eight ops: the elementwise task is the activation
     itself, the same task as ONNX's Gelu op, and still computes what the eight ops compute."""
