@@ -299,6 +299,25 @@ def test_references_prepared_while_a_build_runs_are_the_trials(backend, tmp_path
     assert "references ahead" in phases[True] and "references ahead" not in phases[False]
 
 
+def test_a_search_that_leaves_its_references_uncollected_does_not_spill_into_the_next(backend,
+                                                                                     tmp_path: Path) -> None:
+    """A search's first trial prepares references while its build runs; where the build misses the
+    deadline, nothing collects them, and the next search prepares again. Its trial must get its
+    own result, not a references job's (a whole-model tune died of that)."""
+    from test_gate import CORPUS, _variant
+
+    from portkern.search.worker import IsolatedRunner
+
+    variant = _variant(CORPUS / "correct.py")
+    jobs = [TrialJob(task=softmax_task(rows, 256, "float32"), candidate=Candidate.of(variant, variant.default),
+                     floor_seconds=0.0, gate=GATE, measure=FAST) for rows in (8, 16)]
+    with IsolatedRunner(backend.target, 120, tmp_path / "scratch") as runner:
+        runner.prepare(jobs[0])  # its build missed the deadline: never run
+        runner.prepare(jobs[1])
+        record, _ = runner.run(jobs[1])
+    assert record.status == "ok" and record.task_key == jobs[1].task.key, record.reason
+
+
 def _efficiency_benchmark():
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "search" / "efficiency.py"
     spec = importlib.util.spec_from_file_location("efficiency", script)

@@ -296,7 +296,12 @@ class IsolatedRunner:
     def prepare(self, job: TrialJob) -> None:
         """Have the worker compute the job's gate references (cached there) while its candidate
         builds in a compile worker; the next run waits for them first. On the H100 a large task's
-        first trial waited 0.5-1.8 s for its build, then spent 0.7-3.4 s on references."""
+        first trial waited 0.5-1.8 s for its build, then spent 0.7-3.4 s on references. While one
+        is still out (its trial's build missed the search's deadline, so no trial collected it),
+        none is sent: the worker is busy with that one, and a second would be a result nobody
+        collects, taken by the next trial for its own (the tune crashed on it, H100, 2026-12-07)."""
+        if self._preparing:
+            return
         self.submit("references", job)
         self._preparing = True
 
