@@ -5,9 +5,8 @@
 # On an H200: the FFN-epilogue grid and gemm_wgmma's table (neither has run on an H200), written
 # under benchmarks/results/ with their final names (and copied to $OUT), the h200 priors rebuilt
 # from them beside the tables h200.jsonl already names, then the tuned suites seeded by those
-# priors. On an H100 (run's kinds serve for each other): the attention kernels' newest paths through
-# the gate (tests/test_triton_matrix.py, compiled for the GPU), an A/B of PACK_GQA on the decoding step
-# (in_sequence_probe), then the models of gpu_models.py in $MODELS, each as model[:tuning seconds]
+# priors. On an H100 (run's kinds serve for each other): the models of gpu_models.py in $MODELS, each
+# as model[:tuning seconds]
 # (default: Gemma 2's and GPT-J's widths, soft-capped attention logits, columns rotated in pairs
 # and float32-scored float16 attention, none timed on a GPU yet, 60 s each, and transformers'
 # MobileNetV2, channels-last end to end since its Pads fold into its convs, 45 s; llama-decode:90 is
@@ -48,20 +47,8 @@ if [ "$T" = h200 ]; then
   for name in ${H200_SUITES:-gemm-epilogue attention gemm}; do
     case $name in gemm-epilogue) suite $name 8 30 60;; *) suite $name 12 35 90;; esac
   done
-else  # the H100 ran the attention-gqa suite, HEAVY_FIRST's A/B and llama-decode on 2026-12-07 19:20
-  # compiled on the GPU for the first time: the attention kernels' floor under a finfo.min mask (the
-  # Gluon schedule's included), soft-capped logits, HEAVY_FIRST and packed query heads through the gate
-  timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_triton_matrix.py \
-    -k "averages or soft_caps or heaviest or packs_a_group" > /tmp/gate.log 2>&1
-  echo "gate tests rc $?"; cat /tmp/gate.log >> "$LOG"; tail -3 /tmp/gate.log
-  # PACK_GQA's A/B on the decoding step (the search kept it there at 0.94x SDPA, never timed against
-  # the unpacked kernel): attention_flash and attention_splitkv, each without and with it, same process
-  F='"attention_flash", {"BLOCK_M": 64, "BLOCK_N": 64, "TMA": true, "num_stages": 3, "num_warps": 4, "PACK_GQA"'
-  S='"attention_splitkv", {"BLOCK_M": 16, "BLOCK_N": 64, "SPLITS": 8, "num_stages": 2, "num_warps": 4, "PACK_GQA"'
-  timeout 120 python3 benchmarks/ops/in_sequence_probe.py --suite attention-gqa --filter decode --target h100 \
-    --rounds 2 --choices "[[$F: false}], [$F: true}], [$S: false}], [$S: true}]]" --out "$OUT/pack-gqa.json" \
-    > /tmp/pack.log 2>&1
-  echo "pack-gqa rc $?"; cat /tmp/pack.log >> "$LOG"; grep "harness=" /tmp/pack.log
+else  # the H100 ran the newest attention paths through the gate and PACK_GQA's A/B on 2026-12-07 22:11
+  # (h100-next-call-2026-12-07-gate-pack-gqa.log); the models there died of the worker bug fixed in 270af8e
   for entry in ${MODELS:-gemma2:60 mobilenet-v2:45 gptj:60}; do  # model[:tuning seconds, 60 if not given]
     model=${entry%%:*}; budget=60; [ "$entry" != "$model" ] && budget=${entry#*:}
     timeout $((budget + 130)) python3 benchmarks/models/gpu_models.py --models $model --target h100 \
