@@ -185,6 +185,12 @@ def test_attention_packs_a_groups_query_heads_into_one_tile(name: str, dtype: st
         "a mask per head": synthetic.attention_task(1, 4, 16, 16, dtype, kv_heads=2, mask=True,
                                                     mask_shape=(1, 4, 16, 16))}.items()}
     assert all(reason and "PACK_GQA" in reason for reason in refused.values()), refused
+    # a decoding step (one query a head) is packed whenever a tile height holds whole groups: unpacked,
+    # each tile reads its key/value head once for every query head that shares it
+    decoding = _offered(BACKEND, synthetic.attention_task(2, 8, 1, 16, dtype, seq_kv=40, kv_heads=2))
+    assert decoding[name].space["PACK_GQA"] == (True,)
+    groups_of_3 = _offered(BACKEND, synthetic.attention_task(2, 6, 1, 16, dtype, seq_kv=40, kv_heads=2))
+    assert groups_of_3[name].space["PACK_GQA"] == (False, True)  # no tile of 16-128 rows holds whole groups
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])

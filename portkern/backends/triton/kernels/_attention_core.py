@@ -55,9 +55,17 @@ def _pack_problem(task, config):
     return problem
 
 
-def _pack_fixed(task):
-    """PACK_GQA pinned off where the task has no group to pack (fixed())."""
-    return {"PACK_GQA": False} if _task_pack_problem(task) else {}
+def _pack_fixed(task, tile_rows):
+    """PACK_GQA pinned (fixed()): off where the task has no group to pack; on for a decoding step
+    (one query a head) where some tile height in `tile_rows` holds whole groups: unpacked, each
+    tile reads its key/value head once for every query head sharing it (the LLaMA step on an H100,
+    b8 h32 kv8 sk4096: attention_flash 62.8 -> 53.2 us, attention_splitkv 78.1 -> 48.0 us packed,
+    h100-in-sequence-probe-pack-gqa-decode-2026-12-07.json)."""
+    if _task_pack_problem(task):
+        return {"PACK_GQA": False}
+    if _logical(task, 0)[2] == 1 and any(rows % _kv_group(task) == 0 for rows in tile_rows):
+        return {"PACK_GQA": True}
+    return {}
 
 
 MAX_GRID_Y = 65535  # CUDA's limit on a grid's second (and third) axis; the first holds 2^31 - 1

@@ -29,7 +29,7 @@ def _chunk(seq_kv, splits, block_n):
 
 
 def fixed(task, target):
-    return _pack_fixed(task)
+    return _pack_fixed(task, SPACE["BLOCK_M"])
 
 
 def constraints(task, config, target):
