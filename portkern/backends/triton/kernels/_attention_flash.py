@@ -34,9 +34,9 @@ def _kv_descriptors(p, block_n):
 
 
 def fixed(task, target):
-    """PACK_GQA as _pack_fixed pins it; TMA off where the task or target rules it out for every tile. Without a
-    causal mask every query block reads every key, so HEAVY_FIRST only decides which grid axis holds
-    the heads: the second (off), unless there are more than that axis takes."""
+    """PACK_GQA as _pack_fixed pins it; TMA off where the task or target rules it out for every
+    tile. Without a causal mask every query block reads every key, so HEAVY_FIRST only decides which
+    grid axis holds the heads: the second (off), unless there are more than that axis takes."""
     pinned = {**_pack_fixed(task, SPACE["BLOCK_M"]), **({"TMA": False} if _tma_kv_problem(task, target) else {})}
     if not task.attr("causal", False):
         batch, heads = _logical(task, 0)[:2]
