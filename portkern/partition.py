@@ -7,13 +7,14 @@ subgraph exactly (`Task.reference`), so a kernel is checked against the model's 
 
 Patterns (kinds and kernel signatures are in tasks.py):
   attention   MatMul(Q, K^T) [-> Div|Mul scalar] [-> Tanh -> Mul cap] [-> Add mask] [-> Add causal
-              constant] -> Softmax(last axis) -> MatMul(., V); scalar Mul/Div on Q or K^T (the SDPA
-              export) folds into `scale`; cap * tanh(scores / cap) (Gemma 2) is attrs["softcap"];
-              float16 q and k cast to float32 for the scores, with the probabilities cast back for
-              the product with v (GPT-J, CodeGen), are a float16 task (the Casts inside it); a
-              Transpose swapping the last two axes of K folds into k_transposed=False. A constant
-              mask that is 0 on and below the (bottom-right aligned) diagonal and <= -1e4 above is
-              `causal` and stays a task constant.
+              constant] [-> Max(the dtype's lowest)] -> Softmax(last axis) -> MatMul(., V); scalar
+              Mul/Div on Q or K^T (the SDPA export) folds into `scale`; cap * tanh(scores / cap)
+              (Gemma 2) is attrs["softcap"]; float16 q and k cast to float32 for the scores, with the
+              probabilities cast back for the product with v (GPT-J, CodeGen), are a float16 task
+              (the Casts inside it); a Transpose swapping the last two axes of K folds into
+              k_transposed=False. A constant mask that is 0 on and below the (bottom-right aligned)
+              diagonal and <= -1e4 above is `causal` and stays a task constant; XGLM's Max clamps
+              only -inf.
               With fold_attention_transposes (a backend whose kernels read through strides), the
               Transposes that split the heads of q, k, v (sole users) and the one that merges the
               output's are the task's too: its operands are the contiguous buffers around them and
@@ -35,7 +36,8 @@ Patterns (kinds and kernel signatures are in tasks.py):
   The NHWC ops of layout.py (NhwcConv, NhwcBatchNormalization, the Nhwc pools: a backend with
   conv_layout "NHWC") match as conv2d and pool with attrs["layout"] = "nhwc" (tasks.py).
   layernorm   LayerNormalization (last axis), or ReduceMean -> Sub -> Pow 2 | Mul(d,d) -> ReduceMean
-              -> Add eps -> Sqrt -> Div | Reciprocal*x -> Mul gamma -> Add beta
+              -> Add eps -> Sqrt -> Div | Reciprocal*x -> Mul gamma -> Add beta, or
+              InstanceNormalization of (N, G, L) with scale 1 and bias 0 (torch's GroupNorm export)
   rmsnorm     Pow 2 | Mul(x,x) -> ReduceMean -> Add eps -> Sqrt -> Div | Reciprocal*x -> Mul gamma
               (both norms: the scale may follow a Cast that keeps the dtype, as transformers writes;
               a norm computed in a wider float, its input cast up and the result cast back, is a

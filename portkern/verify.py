@@ -78,21 +78,21 @@ def make_inputs(task: Task, seed: int, distribution: str) -> list[np.ndarray]:
     same values on any host), several at once: one thread drew a 2048x5632x2048 GEMM's three
     operands in 0.66 s, and the gate draws three sets."""
     rng = np.random.default_rng(seed)
-    inputs = [_draw(spec, rng, distribution, task.kind) for spec in task.inputs]
-    if task.kind == "attention" and task.attr("mask", False) and distribution == "negative":
-        inputs[3] = _padding_mask(inputs[3], rng)
-    return inputs
+    padded = task.kind == "attention" and task.attr("mask", False) and distribution == "negative"
+    return [_padding_mask(spec, rng) if padded and index == 3 else _draw(spec, rng, distribution, task.kind)
+            for index, spec in enumerate(task.inputs)]
 
 
-def _padding_mask(drawn: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def _padding_mask(spec: TensorSpec, rng: np.random.Generator) -> np.ndarray:
     """An attention mask as models build it: 0 where a key is seen, the dtype's lowest finite value
     where it is hidden (transformers' finfo.min), about a quarter of the keys hidden and, where the
     mask has a row per query, every key of the first (a left-padded position), which the model
     averages over all its keys."""
-    hidden = rng.random(drawn.shape) < 0.25
-    if drawn.ndim >= 2 and drawn.shape[-2] > 1:  # not an encoder's (B, 1, 1, Sk) key mask
+    hidden = rng.random(spec.shape) < 0.25
+    if len(spec.shape) >= 2 and spec.shape[-2] > 1:  # not an encoder's (B, 1, 1, Sk) key mask
         hidden[..., 0, :] = True
-    return np.where(hidden, ml_dtypes.finfo(drawn.dtype).min, 0).astype(drawn.dtype)
+    dtype = np.dtype(_numpy_dtype(spec.dtype))
+    return np.where(hidden, ml_dtypes.finfo(dtype).min, 0).astype(dtype)
 
 
 _DRAW_CHUNK = 1 << 20

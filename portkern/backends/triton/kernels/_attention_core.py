@@ -49,9 +49,9 @@ def _task_pack_problem(task):
 
 def _pack_problem(task, config):
     """Why the group's heads cannot share this config's tile, or None."""
-    problem = _task_pack_problem(task)
-    if problem is None and config["BLOCK_M"] % _kv_group(task):
-        problem = f"PACK_GQA: {config['BLOCK_M']} rows do not hold whole groups of {_kv_group(task)} heads"
+    problem, group = _task_pack_problem(task), _kv_group(task)
+    if problem is None and config["BLOCK_M"] % group:
+        problem = f"PACK_GQA: {config['BLOCK_M']} rows do not hold whole groups of {group} heads"
     return problem
 
 
