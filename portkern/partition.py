@@ -96,7 +96,7 @@ from .ir import Graph, Node, TensorSpec, connected_groups
 from .layout import NHWC_OPS, ONNX_OF, channels_last, conv1d_as_2d, is_channels_last
 from .rewrites import (collapse_layout_chains, fold_layer_scales, fold_pads_into_convs, reassociate_residuals,
                        split_projections)
-from .tasks import FLOAT_DTYPES, Task, freeze_attrs
+from .tasks import EXPRESSION_ACTIVATIONS, FLOAT_DTYPES, Task, freeze_attrs
 
 if TYPE_CHECKING:
     from .backends.base import Backend
@@ -119,20 +119,20 @@ ACTIVATION_FUNCS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "tanh": np.tanh,
     "relu6": lambda x: np.clip(x, 0.0, 6.0),
     "hardswish": lambda x: x * np.clip(x / 6.0 + 0.5, 0.0, 1.0),  # MobileNetV3's, LeViT's
+    "relu_squared": lambda x: np.square(np.maximum(x, 0.0)),  # Nemotron's, Persimmon's MLP (primer's relu^2)
 }
 ACTIVATION_FLOPS = {"none": 0, "relu": 1, "relu6": 2, "sigmoid": 4, "tanh": 4, "silu": 5,
-                    "gelu": 8, "gelu_tanh": 10, "hardswish": 5}
-GEMM_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh")
+                    "gelu": 8, "gelu_tanh": 10, "hardswish": 5, "relu_squared": 2}
+GEMM_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "relu_squared")
 CONV_ACTIVATIONS = GEMM_ACTIVATIONS + ("relu6", "hardswish")
 
 _UNARY_STEPS = {"Sqrt": "sqrt", "Exp": "exp", "Log": "log", "Tanh": "tanh", "Sigmoid": "sigmoid",
                 "Relu": "relu", "Erf": "erf", "Neg": "neg", "Abs": "abs", "Reciprocal": "reciprocal"}
 _BINARY_STEPS = {"Add": "add", "Sum": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow",
                  "Max": "max", "Min": "min"}
-_EXPRESSION_ACTIVATIONS = ("tanh", "sigmoid", "relu", "gelu", "gelu_tanh")  # activations an expression step names
 _UNARY_FUNCS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "sqrt": np.sqrt, "exp": np.exp, "log": np.log, "erf": _erf, "neg": np.negative, "abs": np.abs,
-    "reciprocal": np.reciprocal, **{name: ACTIVATION_FUNCS[name] for name in _EXPRESSION_ACTIVATIONS}}
+    "reciprocal": np.reciprocal, **{name: ACTIVATION_FUNCS[name] for name in EXPRESSION_ACTIVATIONS}}
 _BINARY_FUNCS: dict[str, Callable[[Any, Any], np.ndarray]] = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "pow": np.power,
     "max": np.maximum, "min": np.minimum}
@@ -1382,7 +1382,7 @@ def _elementwise_matches(ctx: _Context) -> list[_Match]:
         # eight ops) is that activation's one step: the same task as the Gelu op's, and one a
         # backend's expression kernel computes in its own form
         activation = _identify_activation(ctx, group, inputs[0]) if len(inputs) == 1 and len(expr) > 1 else None
-        if activation in _EXPRESSION_ACTIVATIONS and ctx.spec(inputs[0]).shape == ctx.spec(out).shape:
+        if activation in EXPRESSION_ACTIVATIONS and ctx.spec(inputs[0]).shape == ctx.spec(out).shape:
             expr = ((activation, "in0"),)
             flops = ACTIVATION_FLOPS[activation] * ctx.spec(out).numel
         matches.append(_Match("elementwise", group, inputs, out, {"expr": expr}, flops))

@@ -101,6 +101,8 @@ def _activation(builder: GraphBuilder, x: str, activation: str, allowed: Sequenc
         return builder.op("Clip", [x, builder.constant(0.0), builder.constant(6.0)], shape)
     if activation == "hardswish":
         return builder.op("HardSwish", [x], shape)
+    if activation == "relu_squared":  # torch.square(F.relu(x)) as torch exports it
+        return builder.op("Pow", [builder.op("Relu", [x], shape), builder.constant(2.0)], shape)
     if activation == "silu":
         return builder.op("Mul", [x, builder.op("Sigmoid", [x], shape)], shape)
     if activation == "gelu":

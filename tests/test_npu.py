@@ -82,7 +82,7 @@ GATE_CASES: list[tuple[str, Callable[[], Task], dict[str, Any]]] = [
      {"BLOCK_M": 64, "BLOCK_N": 128}),
     ("gemm-fp16-gelu-bias-residual",
      lambda: gemm_task(37, 45, 29, "float16", activation="gelu", bias=True, residual=True), {"BLOCK_M": 64}),
-    ("gemm-fp32-batched-silu", lambda: gemm_task(20, 33, 17, "float32", activation="silu", batch=(2,)),
+    ("gemm-fp32-batched-relu-squared", lambda: gemm_task(20, 33, 17, "float32", activation="relu_squared", batch=(2,)),
      {"BLOCK_M": 64, "BLOCK_N": 128}),
     ("gemm-fp16-tanh-residual", lambda: gemm_task(20, 33, 17, "float16", activation="tanh", residual=True),
      {"BLOCK_M": 64, "BLOCK_N": 256}),

@@ -384,6 +384,28 @@ def test_hard_activations_fuse_into_a_conv_or_an_elementwise_task() -> None:
         np.testing.assert_allclose(got, values[task.output_names[0]], rtol=1e-5, atol=1e-6)
 
 
+def test_squared_relu_after_a_projection_is_its_epilogue() -> None:
+    """Nemotron's and Persimmon's MLP: relu(x W + b)^2, the square a Mul of the ReLU by itself (the
+    Pow spelling is synthetic.gemm_task's). Both fold into the GEMM; the down projection reads it."""
+    rng = np.random.default_rng(5)
+    b = GraphBuilder("relu2", "float32")
+    x = b.input("x", (2, 3, 8))
+    up = b.op("MatMul", [x, b.constant(rng.standard_normal((8, 16)))], (2, 3, 16))
+    up = b.op("Add", [up, b.constant(rng.standard_normal(16))], (2, 3, 16))
+    relu = b.op("Relu", [up], (2, 3, 16))
+    squared = b.op("Mul", [relu, relu], (2, 3, 16))
+    out = b.op("MatMul", [squared, b.constant(rng.standard_normal((16, 8)))], (2, 3, 8))
+    graph = b.graph([out])
+    tasks = partition(graph)
+    assert [(task.kind, task.attr("activation"), task.attr("bias")) for task in tasks] == [
+        ("gemm", "relu_squared", True), ("gemm", "none", False)]
+    values = {**graph.constants, "x": rng.standard_normal((2, 3, 8)).astype(np.float32)}
+    run_nodes(graph.nodes, values, graph.opset)
+    up_task = tasks[0]
+    got = up_task.reference([values.get(name, up_task.constants.get(name)) for name in up_task.input_names])[0]
+    np.testing.assert_allclose(got, values[up_task.output_names[0]], rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("opset, layernorm", [(17, True), (13, False)])
 def test_group_norm_as_torch_exports_it_is_a_layernorm_of_each_group(opset: int, layernorm: bool) -> None:
     """GroupNorm: a Reshape to (N, G, C/G * H * W), InstanceNormalization with scale 1 and bias 0, a

@@ -59,7 +59,7 @@ def _conv2d(x: np.ndarray, w: np.ndarray, stride: int, pad: int, dilation: int, 
     return out
 
 
-@pytest.mark.parametrize("activation", ["none", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"])
+@pytest.mark.parametrize("activation", ["none", "relu", "relu_squared", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"])
 def test_gemm_bias_activation_residual(activation: str) -> None:
     task = synthetic.gemm_task(6, 10, 12, activation=activation, bias=True, residual=True, batch=(2,))
     assert task.kind == "gemm"

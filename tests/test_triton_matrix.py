@@ -43,7 +43,7 @@ SAMPLE_TRIES = 300
 CASES: dict[str, list[Callable[[str], Task]]] = {
     "gemm": [
         lambda dt: synthetic.gemm_task(37, 50, 70, dt, bias=True, activation="gelu"),
-        lambda dt: synthetic.gemm_task(8, 33, 45, dt, residual=True, activation="relu", batch=(2,)),
+        lambda dt: synthetic.gemm_task(8, 33, 45, dt, residual=True, activation="relu_squared", batch=(2,)),
         lambda dt: synthetic.gemm_task(5, 70, 100, dt, trans_b=True, bias=True, activation="gelu_tanh"),
         lambda dt: synthetic.gemm_task(3, 24, 200, dt, bias=True, gate=True, activation="silu"),  # SwiGLU's
         lambda dt: synthetic.gemm_task(20, 18, 33, dt, bias=True, activation="sigmoid"),

@@ -74,7 +74,7 @@ GEMM_ODD: dict[str, Any] = dict(m=37, n=29, k=24)  # 37 rows, 29 columns: bounda
 CONV_ODD: dict[str, Any] = dict(n=1, c=5, h=11, w=13, oc=7, kh=3, kw=3)
 
 
-@pytest.mark.parametrize("activation", ["none", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"])
+@pytest.mark.parametrize("activation", ["none", "relu", "relu_squared", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"])
 def test_gemm_default_every_activation(backend: TvmBackend, activation: str) -> None:
     task = synthetic.gemm_task(**GEMM_ODD, activation=activation, bias=True, residual=activation == "gelu")
     _, program = build(backend, task)

@@ -24,6 +24,7 @@ _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": F.relu,
     "relu6": lambda x: torch.clamp(x, 0.0, 6.0),
     "hardswish": F.hardswish,
+    "relu_squared": lambda x: torch.square(F.relu(x)),
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "silu": F.silu,

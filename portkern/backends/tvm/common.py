@@ -66,11 +66,17 @@ def _hardswish(x: te.Tensor) -> te.Tensor:
     return te.compute(x.shape, lambda *i: x(*i) * te.min(te.max(x(*i) * sixth + half, zero), one), name="hardswish")
 
 
+def _relu_squared(x: te.Tensor) -> te.Tensor:
+    relu = _relu(x)
+    return te.compute(x.shape, lambda *i: relu(*i) * relu(*i), name="relu_squared")
+
+
 ACTIVATIONS: dict[str, Callable[[te.Tensor], te.Tensor]] = {
     "none": lambda x: x,
     "relu": _relu,
     "relu6": _relu6,
     "hardswish": _hardswish,
+    "relu_squared": _relu_squared,
     "gelu": _gelu,
     "gelu_tanh": _gelu_tanh,
     "silu": _silu,

@@ -21,7 +21,7 @@ import tvm
 from tvm import s_tir, te
 
 from ...hwprofile import Target
-from ...tasks import Task
+from ...tasks import EXPRESSION_ACTIVATIONS, Task
 from .common import ACTIVATIONS, Computation, HostFacts, Kernel, check_lanes, check_space, inline_elementwise, own_loops
 
 Operand = Any  # a step's tensor or a float constant
@@ -35,7 +35,7 @@ _UNARY: dict[str, Callable[[Any], Any]] = {
     "neg": lambda a: -a, "reciprocal": lambda a: 1.0 / a,
 }
 _POWERS: dict[float, Callable[[Any], Any]] = {2.0: lambda a: a * a, 3.0: lambda a: a * a * a, 0.5: te.sqrt}
-STEPS = frozenset({*_BINARY, *_UNARY, *ACTIVATIONS, "where"}) - {"none", "relu6", "silu", "hardswish"}
+STEPS = frozenset({*_BINARY, *_UNARY, *EXPRESSION_ACTIVATIONS, "where"})
 
 
 def check_expression(task: Task) -> str | None:

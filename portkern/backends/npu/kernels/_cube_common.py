@@ -2,7 +2,7 @@
 # GEMM's K step, the vector epilogue) ---
 ITEMSIZE = {"float16": 2, "float32": 4}
 ACTIVATION_VECTOR_OPS = {"none": 0, "relu": 1, "relu6": 2, "sigmoid": 4, "tanh": 5, "silu": 5, "gelu": 8,
-                         "gelu_tanh": 10, "hardswish": 5}
+                         "gelu_tanh": 10, "hardswish": 5, "relu_squared": 2}
 
 
 def _residual_join(task):
@@ -24,6 +24,9 @@ def _activate(x, ACTIVATION: tl.constexpr):
         x = tl.minimum(tl.maximum(x, 0.0), 6.0)
     elif ACTIVATION == "hardswish":
         x = x * tl.minimum(tl.maximum(x * 0.16666666666666666 + 0.5, 0.0), 1.0)
+    elif ACTIVATION == "relu_squared":
+        x = tl.maximum(x, 0.0)
+        x = x * x
     elif ACTIVATION == "sigmoid":
         x = tl.sigmoid(x)
     elif ACTIVATION == "tanh":

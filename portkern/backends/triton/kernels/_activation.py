@@ -44,6 +44,9 @@ def _activate(x, ACTIVATION: tl.constexpr):
         x = tl.minimum(tl.maximum(x, 0.0), 6.0)
     elif ACTIVATION == "hardswish":
         x = x * tl.minimum(tl.maximum(x * 0.16666666666666666 + 0.5, 0.0), 1.0)
+    elif ACTIVATION == "relu_squared":
+        x = tl.maximum(x, 0.0)
+        x = x * x
     elif ACTIVATION == "gelu":
         x = _gelu(x)
     elif ACTIVATION == "gelu_tanh":
