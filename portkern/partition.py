@@ -123,8 +123,7 @@ ACTIVATION_FUNCS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 }
 ACTIVATION_FLOPS = {"none": 0, "relu": 1, "relu6": 2, "sigmoid": 4, "tanh": 4, "silu": 5,
                     "gelu": 8, "gelu_tanh": 10, "hardswish": 5, "relu_squared": 2}
-GEMM_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "relu_squared")
-CONV_ACTIVATIONS = GEMM_ACTIVATIONS + ("relu6", "hardswish")
+EPILOGUE_ACTIVATIONS = tuple(ACTIVATION_FUNCS)  # what a GEMM's or a conv's epilogue applies, on every backend
 
 _UNARY_STEPS = {"Sqrt": "sqrt", "Exp": "exp", "Log": "log", "Tanh": "tanh", "Sigmoid": "sigmoid",
                 "Relu": "relu", "Erf": "erf", "Neg": "neg", "Abs": "abs", "Reciprocal": "reciprocal"}
@@ -389,8 +388,8 @@ def _identify_activation(ctx: _Context, region: Sequence[Node], value: str) -> s
     return best if errors[best] < tolerance else None
 
 
-def _match_activation(ctx: _Context, value: str, allowed: Sequence[str]) -> tuple[str, list[Node], str]:
-    """The largest closed elementwise region on `value` computing an allowed activation."""
+def _match_activation(ctx: _Context, value: str) -> tuple[str, list[Node], str]:
+    """The largest closed elementwise region on `value` computing a known activation."""
     best: tuple[str, list[Node], str] = ("none", [], value)
     region: list[Node] = []
     available = {value}
@@ -408,7 +407,7 @@ def _match_activation(ctx: _Context, value: str, allowed: Sequence[str]) -> tupl
         out = step.outputs[0]
         if ctx.closed(region, out, {value}):
             name = _identify_activation(ctx, region, value)
-            if name is not None and name in allowed:
+            if name is not None:
                 best = (name, list(region), out)
     return best
 
@@ -416,8 +415,7 @@ def _match_activation(ctx: _Context, value: str, allowed: Sequence[str]) -> tupl
 # ----------------------------------------------------------------------------- patterns
 
 
-def _epilogue(ctx: _Context, value: str, bias_of: int | None, allowed: Sequence[str],
-              residual_first: bool) -> tuple[list[Node], str | None, str, str, str | None]:
+def _epilogue(ctx: _Context, value: str, bias_of: int | None, residual_first: bool) -> tuple[list[Node], str | None, str, str, str | None]:
     """What follows a contraction: (nodes, bias, activation, out, residual).
 
     A bias Add of shape (bias_of,) is fused only when `bias_of` is given (a gemm without one). A
@@ -446,7 +444,7 @@ def _epilogue(ctx: _Context, value: str, bias_of: int | None, allowed: Sequence[
         return None
 
     residual = take_residual(*_ADDS) if residual_first else None
-    activation, region, cur = _match_activation(ctx, cur, allowed)
+    activation, region, cur = _match_activation(ctx, cur)
     nodes.extend(region)
     if not residual_first:
         residual = take_residual(*_ADDS, "Mul")
@@ -485,7 +483,7 @@ def _match_gemm(ctx: _Context, node: Node) -> _Match | None:
     if views:
         a = views[0].inputs[0]
     epilogue, bias_add, activation, out, residual = _epilogue(
-        ctx, product, n if bias is None else None, GEMM_ACTIVATIONS, residual_first=False)
+        ctx, product, n if bias is None else None, residual_first=False)
     bias = bias or bias_add
     flops = 2 * m * n * k + _epilogue_flops(m * n, bias is not None, activation, residual is not None)
     attrs = {"activation": activation, "trans_b": trans_b, "bias": bias is not None,
@@ -1169,8 +1167,7 @@ def _match_conv(ctx: _Context, conv: Node) -> _Match | None:
         w, bias_name, out = run[0].inputs[1], run[0].inputs[2], run[-1].outputs[0]
         covers += folded_nodes
     oc = w_shape[0]
-    epilogue, _, activation, out, residual = _epilogue(ctx, out, None, CONV_ACTIVATIONS,
-                                                       residual_first=True)
+    epilogue, _, activation, out, residual = _epilogue(ctx, out, None, residual_first=True)
     n, c = x_shape[0], x_shape[_channel_axis(conv)]
     oh, ow = _spatial_shape(conv, ctx.shape(out))
     kernel = _spatial_shape(conv, w_shape)

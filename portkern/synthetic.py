@@ -24,7 +24,7 @@ from onnx import helper
 from .errors import PortkernError
 from .ir import Graph, Node, TensorSpec
 from .layout import LAYOUT_DOMAIN, NHWC_OPS, TO_NHWC
-from .partition import CONV_ACTIVATIONS, GEMM_ACTIVATIONS, partition
+from .partition import EPILOGUE_ACTIVATIONS, partition
 from .tasks import Task
 
 SYNTHETIC_OPSET = 17
@@ -88,10 +88,10 @@ def only_task(graph: Graph, fold_attention_transposes: bool = False, share_kv_he
     return tasks[0]
 
 
-def _activation(builder: GraphBuilder, x: str, activation: str, allowed: Sequence[str]) -> str:
+def _activation(builder: GraphBuilder, x: str, activation: str) -> str:
     """The nodes an exporter emits for an activation, on x."""
-    if activation != "none" and activation not in allowed:
-        raise SyntheticTaskError(f"unknown activation '{activation}' (none, {', '.join(allowed)})")
+    if activation != "none" and activation not in EPILOGUE_ACTIVATIONS:
+        raise SyntheticTaskError(f"unknown activation '{activation}' (none, {', '.join(EPILOGUE_ACTIVATIONS)})")
     shape = builder.values[x].shape
     if activation == "none":
         return x
@@ -137,7 +137,7 @@ def gemm_task(m: int, n: int, k: int, dtype: str = "float32", *, activation: str
         y = builder.op("MatMul", [a, builder.input("b", (k, n))], out_shape)
         if bias:
             y = builder.op("Add", [y, builder.input("bias", (n,))], out_shape)
-    y = _activation(builder, y, activation, GEMM_ACTIVATIONS)
+    y = _activation(builder, y, activation)
     if residual:
         y = builder.op("Add", [y, builder.input("residual", out_shape)], out_shape)
     if gate:
@@ -406,7 +406,7 @@ def conv2d_task(n: int, c: int, h: int, w: int, oc: int, kh: int, kw: int, dtype
                    pads=[ph, pw, ph, pw], dilations=[dh, dw], group=group)
     if residual:
         y = builder.op("Add", [y, builder.input("residual", out_shape)], out_shape)
-    return builder.task(_activation(builder, y, activation, CONV_ACTIVATIONS))
+    return builder.task(_activation(builder, y, activation))
 
 
 def _layout(nchw_shape: tuple[int, ...], nhwc: bool) -> tuple[int, ...]:

@@ -8,7 +8,7 @@ Kinds and their kernel signatures (inputs in this order; graph layouts, kernels 
   gemm       a (...,K), b (K,N) or (N,K) if trans_b, [bias (N,)], [residual (...,N)] -> (...,N)
              out = act(a @ b + bias) + residual, or * residual where residual_op is "mul" (a gate:
              SwiGLU's silu(x @ W_gate) * (x @ W_up), the up projection a task of its own)
-             attrs: activation (none|relu|relu_squared|gelu|gelu_tanh|silu|sigmoid|tanh), trans_b, bias, residual,
+             attrs: activation (none|relu|relu6|relu_squared|hardswish|gelu|gelu_tanh|silu|sigmoid|tanh), trans_b, bias, residual,
              [residual_op "mul"; absent: "add"]
   bmm        a (B...,M,K), b (B...,K,N) -> (B...,M,N)          attrs: scale (float, 1.0 = none)
   attention  q (B,H,S,D), k (B,H,D,Sk) if k_transposed else (B,H,Sk,D), v (B,H,Sk,D),
@@ -34,7 +34,7 @@ Kinds and their kernel signatures (inputs in this order; graph layouts, kernels 
   reduce     x -> y                                            attrs: op (sum|mean|max|min), axes, keepdims
   conv2d     x (N,C,H,W), w (OC,C/g,KH,KW), [bias (OC,)], [residual] -> (N,OC,OH,OW)
              out = act(conv(x, w) + bias + residual)   (ResNet's order; BN folded into w and bias)
-             attrs: strides, pads (t,l,b,r), dilations, group, activation (+ relu6), bias, residual,
+             attrs: strides, pads (t,l,b,r), dilations, group, activation (as gemm's), bias, residual,
              [layout "nhwc": x (N,H,W,C), w (OC,KH,KW,C/g), residual and out (N,OH,OW,OC); the
              channels-last graph of layout.py, for a backend whose conv_layout is NHWC]
   pool       x (N,C,H,W) -> (N,C,OH,OW)   attrs: op (max|avg|global_avg), kernel, strides, pads,

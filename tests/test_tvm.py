@@ -22,6 +22,7 @@ from portkern.backends.tvm import TvmBackend  # noqa: E402
 from portkern.backends.tvm.common import HostFacts, sample_valid  # noqa: E402
 from portkern.backends.tvm.common import configs as every_config  # noqa: E402
 from portkern.hwprofile import load_target  # noqa: E402
+from portkern.partition import EPILOGUE_ACTIVATIONS  # noqa: E402
 from portkern.tasks import Task  # noqa: E402
 from portkern.verify import compare, make_inputs, verify  # noqa: E402
 
@@ -74,7 +75,7 @@ GEMM_ODD: dict[str, Any] = dict(m=37, n=29, k=24)  # 37 rows, 29 columns: bounda
 CONV_ODD: dict[str, Any] = dict(n=1, c=5, h=11, w=13, oc=7, kh=3, kw=3)
 
 
-@pytest.mark.parametrize("activation", ["none", "relu", "relu_squared", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"])
+@pytest.mark.parametrize("activation", ["none", *EPILOGUE_ACTIVATIONS])
 def test_gemm_default_every_activation(backend: TvmBackend, activation: str) -> None:
     task = synthetic.gemm_task(**GEMM_ODD, activation=activation, bias=True, residual=activation == "gelu")
     _, program = build(backend, task)
