@@ -22,11 +22,15 @@ mlp and attn are both projections that nothing else reads, becomes mlp + (attn +
 then one projection's residual epilogue, and no elementwise task is left between the layers. The
 same sum in exact arithmetic; in floating point the two roundings come in another order.
 
-fold_layer_scales: a projection whose output is multiplied by a constant per column (ConvNeXt's,
-DINOv2's, BEiT's and CaiT's layer scale, gamma * (x W + b)) is the projection by W and b with those
-columns scaled: the residual add after it becomes the GEMM's epilogue, where the Mul was an
-elementwise task of its own (ConvNeXt: one in each block). The same arithmetic up to the rounding of
-the scaled weights, as folding a BatchNorm into a conv.
+fold_column_affines: a projection whose output goes through an affine map per column, x * s + t
+with constant s and t, is the projection by W s with the bias b s + t. Such maps: a layer scale
+(ConvNeXt's, DINOv2's, BEiT's, CaiT's gamma * (x W + b)), a BatchNormalization of the projection's
+rows (LeViT's Linear -> flatten(0, 1) -> BatchNorm1d -> view back, 58 of them), a second constant
+Add or a Sub or Div by a constant per column. Views that keep the last axis (Reshape, Flatten) may
+stand between the projection and the map: a row stays a row. The map was an elementwise task of its
+own, and it hid the residual add or activation after it from the GEMM's epilogue (ConvNeXt: one in
+each block; LeViT: a HardSwish after most of them). The same arithmetic up to the rounding of the
+scaled weights, as folding a BatchNorm into a conv.
 
 fold_pads_into_convs: a Pad of zeros on the spatial axes in front of a Conv is the Conv's own
 padding. transformers' MobileNetV2 and EfficientNet pad ahead of their strided convs as TensorFlow
@@ -41,7 +45,9 @@ back to NCHW, flattens the positions and transposes them first, (B, H, W, C) -> 
 device copies where the NHWC buffer already is that; XGLM's probabilities go from (B*H, S, S) to
 (B, H, S, S) and back before their product, which reads them as the view they are. Whether a chain
 is such a view is checked by following the input's buffer through it as a strided view (no array is
-made, whatever the size).
+made, whatever the size). A chain that gives its input's shape back is no node at all: its input's
+producer makes the chain's output (LeViT's flatten(0, 1) and view back around the BatchNorm that
+fold_column_affines folded, which would otherwise hide the HardSwish after it from the GEMM).
 """
 from __future__ import annotations
 
@@ -149,72 +155,142 @@ def _projected(graph: Graph, producer: dict[str, Node], value: str) -> bool:
     return node is not None and node.op_type in ("MatMul", "Gemm") and node.domain in ("", "ai.onnx")
 
 
-def fold_layer_scales(graph: Graph) -> Graph:
-    """Every Mul of a projection (its bias Add included) by a constant per column, which nothing
-    else reads, as the projection with its weight's columns and its bias scaled, under the Mul's
-    output name (see the module docstring). The graph itself where there is none."""
-    consumers, producer = graph.consumers(), graph.producer()
-    plans: dict[int, tuple[Node, Node | None, np.ndarray]] = {}  # id(Mul) -> (projection, bias Add, scale)
-    for mul in graph.nodes:
-        if mul.op_type != "Mul" or mul.domain not in ("", "ai.onnx") or len(mul.inputs) != 2:
-            continue
-        value, factor = mul.inputs if mul.inputs[1] in graph.constants else mul.inputs[::-1]
-        shape = graph.values[value].shape
-        scale = graph.constants.get(factor)
-        if scale is None or value in graph.constants or not shape or graph.values[mul.outputs[0]].shape != shape \
-                or scale.ndim > len(shape) or any(size != 1 for size in scale.shape[:-1]) \
-                or scale.shape[-1:] not in ((), (1,), (shape[-1],)) or scale.dtype.name not in FLOAT_DTYPES:
-            continue
-        chain = _projection_read_by(graph, consumers, producer, value, mul)
-        if chain is not None:
-            plans[id(mul)] = (*chain, np.broadcast_to(scale.astype(np.float64).reshape(-1), shape[-1:]))
-    if not plans:
-        return graph
-    scaled: dict[int, Node] = {}  # id(projection or bias Add) -> it with scaled constants
-    constants, values = dict(graph.constants), dict(graph.values)
-    for mul in graph.nodes:
-        if id(mul) not in plans:
-            continue
-        product, bias_add, scale = plans[id(mul)]
-
-        def scaled_constant(name: str, on_rows: bool = False) -> str:
-            array = graph.constants[name]
-            new = f"{mul.name or mul.outputs[0]}::scaled_{name}"
-            constants[new] = (array.astype(np.float64) * (scale[:, None] if on_rows else scale)).astype(array.dtype)
-            values[new] = graph.values[name]
-            return new
-
-        transposed = product.op_type == "Gemm" and bool(product.attrs.get("transB", 0))  # (N, K): scale its rows
-        scaled[id(product)] = replace(product, inputs=[
-            product.inputs[0], scaled_constant(product.inputs[1], on_rows=transposed),
-            *(scaled_constant(name) if name else name for name in product.inputs[2:])])
-        if bias_add is not None:
-            scaled[id(bias_add)] = replace(bias_add, inputs=[
-                scaled_constant(name) if name in graph.constants else name for name in bias_add.inputs])
-        tail = id(bias_add if bias_add is not None else product)
-        scaled[tail] = replace(scaled[tail], outputs=list(mul.outputs))  # its readers read the Mul's name
-    nodes = [scaled.get(id(node), node) for node in graph.nodes if id(node) not in plans]
-    return with_nodes(graph, nodes, values, constants)
+def fold_column_affines(graph: Graph) -> Graph:
+    """Every per-column affine of a projection that nothing else reads (see the module docstring)
+    folded into the projection's weight and bias, under the affine's output name; until none is
+    left, so a scale and then a shift both fold. The graph itself where there is none."""
+    folded = graph
+    while True:
+        consumers, producer = folded.consumers(), folded.producer()
+        plans = {}  # id(affine node) -> (the chain from the projection to the affine's input, scale, shift)
+        for node in folded.nodes:
+            affine = _column_affine(folded, node)
+            if affine is None:
+                continue
+            value, scale, shift = affine
+            chain = _projection_chain(folded, consumers, producer, value, node)
+            if chain is not None and (scale is not None or len(chain) > 1 or _gemm_bias(chain[0])):
+                plans[id(node)] = (chain, scale, shift)  # (a shift alone on a projection without a bias is its bias)
+        if not plans:
+            return folded
+        folded = _fold_affines(folded, plans)
 
 
-def _projection_read_by(graph: Graph, consumers: dict[str, list[Node]], producer: dict[str, Node], value: str,
-                        reader: Node) -> tuple[Node, Node | None] | None:
-    """(the projection, its bias Add by a constant of its width, or None) that makes `value`, read
-    only by `reader`; None where `value` is not such a projection's."""
-    if _sole_consumer(graph, consumers, value) is not reader:
+def _column_affine(graph: Graph, node: Node) -> tuple[str, np.ndarray | None, np.ndarray | None] | None:
+    """(the value, its scale per column or None, its shift per column or None) where `node` computes
+    value * scale + shift with constants per column of the value's last axis: a Mul, Div, Add or
+    Sub by such a constant, or an inference BatchNormalization of rows (its channels the columns)."""
+    if node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
         return None
-    node, bias_add = producer.get(value), None
-    if node is not None and node.op_type == "Add" and node.domain in ("", "ai.onnx") and len(node.inputs) == 2:
-        constant = [name for name in node.inputs if name in graph.constants]
-        if len(constant) != 1 or graph.values[constant[0]].shape != graph.values[value].shape[-1:]:
+    if node.op_type == "BatchNormalization":
+        x = node.inputs[0]
+        params = [graph.constants.get(name) for name in node.inputs[1:5]]
+        if node.attrs.get("training_mode", 0) or len(graph.values[x].shape) != 2 or any(p is None for p in params):
             return None
-        bias_add, value = node, next(name for name in node.inputs if name not in graph.constants)
-        if _sole_consumer(graph, consumers, value) is not bias_add:
+        gamma, beta, mean, var = (p.astype(np.float64) for p in params)
+        scale = gamma / np.sqrt(var + float(node.attrs.get("epsilon", 1e-5)))
+        return x, scale, beta - mean * scale
+    if node.op_type not in ("Mul", "Div", "Add", "Sub") or len(node.inputs) != 2:
+        return None
+    first_constant = node.inputs[0] in graph.constants
+    if first_constant and node.op_type in ("Div", "Sub"):
+        return None
+    value, constant = node.inputs[::-1] if first_constant else node.inputs
+    array, shape = graph.constants.get(constant), graph.values[value].shape
+    if array is None or value in graph.constants or not shape or graph.values[node.outputs[0]].shape != shape \
+            or array.ndim > len(shape) or any(size != 1 for size in array.shape[:-1]) \
+            or array.shape[-1:] not in ((), (1,), (shape[-1],)) or array.dtype.name not in FLOAT_DTYPES:
+        return None
+    column = np.broadcast_to(array.astype(np.float64).reshape(-1), shape[-1:])
+    if node.op_type == "Mul":
+        return value, column, None
+    if node.op_type == "Div":
+        return (value, 1.0 / column, None) if np.all(column != 0.0) else None
+    return value, None, column if node.op_type == "Add" else -column
+
+
+def _projection_chain(graph: Graph, consumers: dict[str, list[Node]], producer: dict[str, Node], value: str,
+                      reader: Node) -> list[Node] | None:
+    """[the projection, its bias Add by a constant of its width if any, views that keep the last
+    axis (Reshape, Flatten: a row stays a row) ...] making `value`, each node read only by the next
+    and the last only by `reader`; None where `value` is not such a chain's."""
+    chain: list[Node] = []
+    while True:
+        if _sole_consumer(graph, consumers, value) is not (chain[0] if chain else reader):
             return None
         node = producer.get(value)
-    if node is None or not _is_projection(graph, node):
-        return None
-    return node, bias_add
+        if node is None or node.domain not in ("", "ai.onnx"):
+            return None
+        if node.op_type in ("Reshape", "Flatten") and not any(n.op_type == "Add" for n in chain) \
+                and graph.values[node.inputs[0]].shape[-1:] == graph.values[value].shape[-1:]:
+            chain.insert(0, node)
+            value = node.inputs[0]
+            continue
+        if node.op_type == "Add" and len(node.inputs) == 2 and not any(n.op_type == "Add" for n in chain):
+            constant = [name for name in node.inputs if name in graph.constants]
+            if len(constant) != 1 or graph.values[constant[0]].shape != graph.values[value].shape[-1:]:
+                return None
+            chain.insert(0, node)
+            value = next(name for name in node.inputs if name not in graph.constants)
+            continue
+        return [node, *chain] if _is_projection(graph, node) else None
+
+
+def _gemm_bias(product: Node) -> str:
+    """A Gemm's bias input, '' for none (or a MatMul)."""
+    return product.inputs[2] if product.op_type == "Gemm" and len(product.inputs) > 2 else ""
+
+
+def _fold_affines(graph: Graph, plans: dict[int, tuple[list[Node], np.ndarray | None, np.ndarray | None]]) -> Graph:
+    """The graph with each planned affine's scale and shift carried by its projection's weight and
+    bias (a bias Add made where a shift has none to join), the affine's readers reading the chain."""
+    constants, values = dict(graph.constants), dict(graph.values)
+    rewritten: dict[int, list[Node]] = {}  # id(chain node) -> what replaces it
+    for affine in graph.nodes:
+        if id(affine) not in plans:
+            continue
+        chain, scale, shift = plans[id(affine)]
+        product, rest = chain[0], chain[1:]
+        bias_add = rest[0] if rest and rest[0].op_type == "Add" else None
+        views = rest[1:] if bias_add is not None else rest
+        n = graph.values[product.outputs[0]].shape[-1]
+        column_scale = np.ones(n) if scale is None else scale
+        tag = affine.name or affine.outputs[0]
+
+        def constant(array: np.ndarray, like: str, label: str) -> str:
+            name = f"{tag}::{label}"
+            constants[name] = array.astype(graph.constants[like].dtype)
+            values[name] = TensorSpec(array.shape, graph.values[like].dtype)
+            return name
+
+        def affined(name: str, on_rows: bool = False, shifted: bool = False) -> str:
+            """A weight's columns (rows where on_rows) or a bias scaled; shifted, the bias the shift joins."""
+            array = graph.constants[name].astype(np.float64)
+            array = array * (column_scale[:, None] if on_rows else column_scale)
+            return constant(array + shift if shifted and shift is not None else array, name, f"affined_{name}")
+
+        weight = product.inputs[1]
+        transposed = product.op_type == "Gemm" and bool(product.attrs.get("transB", 0))  # (N, K): scale its rows
+        gemm_bias = _gemm_bias(product)
+        made = [replace(product, inputs=[product.inputs[0], affined(weight, on_rows=transposed),
+                                         *([affined(gemm_bias, shifted=bias_add is None)] if gemm_bias else [])])]
+        if bias_add is not None:
+            made.append(replace(bias_add, inputs=[affined(name, shifted=True) if name in graph.constants else name
+                                                  for name in bias_add.inputs]))
+        elif shift is not None and not gemm_bias:  # the shift becomes the projection's bias
+            out = f"{tag}::biased"
+            values[out] = graph.values[product.outputs[0]]
+            made.append(Node(f"{tag}::bias", "Add", [product.outputs[0], constant(shift, weight, "bias")], [out]))
+        for view in views:
+            made.append(replace(view, inputs=[made[-1].outputs[0], *view.inputs[1:]]))
+        made[-1] = replace(made[-1], outputs=list(affine.outputs))  # the affine's readers read the chain
+        rewritten[id(product)] = made[:len(made) - len(views)]
+        for view, new in zip(views, made[len(made) - len(views):]):
+            rewritten[id(view)] = [new]
+        if bias_add is not None:
+            rewritten[id(bias_add)] = []
+    nodes = [new for node in graph.nodes if id(node) not in plans for new in rewritten.get(id(node), [node])]
+    return with_nodes(graph, nodes, values, constants)
 
 
 def reassociate_residuals(graph: Graph) -> Graph:
@@ -250,7 +326,7 @@ def reassociate_residuals(graph: Graph) -> Graph:
     return with_nodes(graph, nodes, values, graph.constants)
 
 
-_LAYOUT_OPS = ("Transpose", "Reshape")
+_LAYOUT_OPS = ("Transpose", "Reshape", "Flatten")
 
 
 def fold_pads_into_convs(graph: Graph) -> Graph:
@@ -307,11 +383,14 @@ def _spatial_zero_pads(graph: Graph, node: Node) -> list[int] | None:
 
 
 def collapse_layout_chains(graph: Graph) -> Graph:
-    """Every maximal chain of Transposes and Reshapes (each value in it read only by the next,
-    none a graph output) that only reshapes its input, as one Reshape under
-    the chain's output name (see the module docstring). The graph itself where there is none."""
+    """Every maximal chain of Transposes, Reshapes and Flattens (each value in it read only by the
+    next, none a graph output) that only reshapes its input, as one Reshape under the chain's output
+    name (see the module docstring); as nothing where it gives its input's shape back and the
+    input's producer can make the chain's output instead. The graph itself where there is none."""
     consumers, producer = graph.consumers(), graph.producer()
-    chains: list[list[Node]] = []
+    views: dict[int, list[Node]] = {}  # id(a chain's last node) -> the chain, made one Reshape
+    renamed: dict[int, tuple[str, str]] = {}  # id(producer) -> (its output, the chain's output it makes instead)
+    dropped: set[int] = set()
     for node in graph.nodes:
         if node.op_type not in _LAYOUT_OPS or node.domain not in ("", "ai.onnx"):
             continue
@@ -323,21 +402,32 @@ def collapse_layout_chains(graph: Graph) -> Graph:
                 and before.domain in ("", "ai.onnx") \
                 and _sole_consumer(graph, consumers, before.outputs[0]) is chain[0]:
             chain.insert(0, before)
-        if len(chain) > 1 and _only_reshapes(graph, chain):
-            chains.append(chain)
-    if not chains:
+        if not _only_reshapes(graph, chain):
+            continue
+        source, out = chain[0].inputs[0], chain[-1].outputs[0]
+        maker = producer.get(source)
+        if graph.values[source].shape == graph.values[out].shape and maker is not None \
+                and _sole_consumer(graph, consumers, source) is chain[0]:
+            renamed[id(maker)] = (source, out)
+        elif len(chain) > 1:
+            views[id(chain[-1])] = chain
+        else:
+            continue
+        dropped.update(id(link) for link in chain)
+    if not dropped:
         return graph
-    last = {id(chain[-1]): chain for chain in chains}
-    dropped = {id(link) for chain in chains for link in chain}
     nodes: list[Node] = []
     values, constants = dict(graph.values), dict(graph.constants)
     for node in graph.nodes:
-        chain = last.get(id(node))
+        chain = views.get(id(node))
         if chain is not None:
             shape = np.array(graph.values[node.outputs[0]].shape, np.int64)
             target = f"{node.outputs[0]}::shape"
             values[target], constants[target] = TensorSpec(shape.shape, "int64"), shape
             nodes.append(Node(f"{node.name}::view", "Reshape", [chain[0].inputs[0], target], list(node.outputs)))
+        elif id(node) in renamed:
+            source, out = renamed[id(node)]
+            nodes.append(replace(node, outputs=[out if name == source else name for name in node.outputs]))
         elif id(node) not in dropped:
             nodes.append(node)
     return with_nodes(graph, nodes, values, constants)

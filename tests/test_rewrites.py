@@ -11,7 +11,7 @@ from portkern.executor import run_graph
 from portkern.hwprofile import load_target
 from portkern.ir import Graph, Node, TensorSpec
 from portkern.partition import backend_tasks
-from portkern.rewrites import (MIN_PART, collapse_layout_chains, fold_layer_scales, fold_pads_into_convs,
+from portkern.rewrites import (MIN_PART, collapse_layout_chains, fold_column_affines, fold_pads_into_convs,
                                reassociate_residuals, split_projections)
 from portkern.synthetic import GraphBuilder
 
@@ -334,7 +334,7 @@ def test_a_layer_scale_folds_into_its_projection(scale_shape: tuple[int, ...], g
     """The Mul goes; the projection's weight columns and bias carry the scale; the residual add is
     then the GEMM's epilogue: one task."""
     graph, _ = _layer_scaled(scale_shape, gemm)
-    folded = fold_layer_scales(graph)
+    folded = fold_column_affines(graph)
     assert "Mul" not in [node.op_type for node in folded.nodes]
     rng = np.random.default_rng(0)
     feeds = {name: rng.standard_normal(graph.values[name].shape).astype(np.float32) for name in graph.inputs}
@@ -349,4 +349,64 @@ def test_a_layer_scale_folds_into_its_projection(scale_shape: tuple[int, ...], g
 def test_a_scale_that_is_not_per_column_or_not_alone_stays(why: str, scale_shape: tuple[int, ...],
                                                            read_twice: bool) -> None:
     graph, _ = _layer_scaled(scale_shape, read_twice=read_twice)
-    assert fold_layer_scales(graph) is graph, why
+    assert fold_column_affines(graph) is graph, why
+
+
+def _affine_after_projection(form: str) -> Graph:
+    """A projection and then a per-column affine map, as models export them."""
+    rng = np.random.default_rng(6)
+    b = GraphBuilder("affine", "float32")
+    h = b.input("h", (2, 5, 8))
+    columns = (2, 5, 4)
+
+    def column(label: str) -> str:
+        return b.constant(rng.standard_normal(4) + (3.0 if label == "var" else 0.0))
+
+    if form == "levit":  # Linear without bias -> flatten(0, 1) -> BatchNorm1d -> view back -> HardSwish
+        product = b.op("MatMul", [h, b.constant(rng.standard_normal((8, 4)))], columns)
+        rows = b.op("Flatten", [product], (10, 4), axis=2)
+        normed = b.op("BatchNormalization", [rows, column("gamma"), column("beta"), column("mean"),
+                                             b.constant(rng.uniform(0.5, 2.0, 4))], (10, 4), epsilon=1e-5)
+        out = b.op("HardSwish", [b.op("Reshape", [normed, b.constant(np.array(columns), "int64")], columns)], columns)
+    elif form == "scale_then_shift":  # MobileBERT's NoNorm on a projection: (x W + b) * g + t
+        product = b.op("Add", [b.op("MatMul", [h, b.constant(rng.standard_normal((8, 4)))], columns), column("b")],
+                       columns)
+        out = b.op("Add", [b.op("Mul", [product, column("g")], columns), column("t")], columns)
+    else:  # a Gemm with its bias, then a Sub and a Div by constants per column
+        rows = b.op("Reshape", [h, b.constant(np.array([10, 8]), "int64")], (10, 8))
+        product = b.op("Gemm", [rows, b.constant(rng.standard_normal((4, 8))), column("c")], (10, 4), transB=1)
+        out = b.op("Div", [b.op("Sub", [product, column("mean")], (10, 4)), column("var")], (10, 4))
+    return b.graph([out])
+
+
+@pytest.mark.parametrize("form, affine_ops, tasks", [
+    ("levit", {"BatchNormalization"}, [("gemm", True, "hardswish")]),
+    ("scale_then_shift", {"Mul"}, [("gemm", True, "none")]),
+    ("gemm_sub_div", {"Sub", "Div"}, [("gemm", True, "none")]),
+])
+def test_a_per_column_affine_folds_into_its_projection(form: str, affine_ops: set[str],
+                                                       tasks: list[tuple[str, bool, str]]) -> None:
+    """LeViT's BatchNorm behind a flatten, a scale and then a shift, a Sub and a Div: each leaves the
+    projection's weight and bias scaled and shifted, and the activation after it in its epilogue."""
+    graph = _affine_after_projection(form)
+    folded = fold_column_affines(graph)
+    assert not affine_ops & {node.op_type for node in folded.nodes}
+    assert [node.op_type for node in folded.nodes].count("Add") <= 1
+    feeds = {"h": np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32)}
+    np.testing.assert_allclose(run_graph(folded, feeds)[graph.outputs[0]], run_graph(graph, feeds)[graph.outputs[0]],
+                               rtol=1e-5, atol=1e-5)
+    _, made = backend_tasks(graph, get_backend(load_target("h200")))
+    assert [(task.kind, task.attr("bias"), task.attr("activation")) for task in made] == tasks
+
+
+def test_an_affine_that_is_not_per_column_stays() -> None:
+    """A BatchNorm of (N, C, L) normalizes axis 1, not the projection's columns; a Div by a column
+    of zeros has no inverse scale."""
+    rng = np.random.default_rng(7)
+    b = GraphBuilder("not_columns", "float32")
+    product = b.op("MatMul", [b.input("h", (2, 4, 8)), b.constant(rng.standard_normal((8, 6)))], (2, 4, 6))
+    normed = b.op("BatchNormalization", [product, *(b.constant(np.ones(4)) for _ in range(4))], (2, 4, 6))
+    divided = b.op("Div", [b.op("MatMul", [b.input("g", (3, 8)), b.constant(rng.standard_normal((8, 2)))], (3, 2)),
+                           b.constant(np.array([1.0, 0.0]))], (3, 2))
+    graph = b.graph([normed, divided])
+    assert fold_column_affines(graph) is graph
