@@ -434,14 +434,12 @@ def _epilogue(ctx: _Context, value: str, bias_of: int | None, residual_first: bo
 
     def take_residual(*ops: str) -> str | None:
         nonlocal cur
-        add = ctx.sole_user(cur, *ops)
-        other = add and ctx.other_input(add, cur)
-        if add and other and other != cur and ctx.spec(other) == ctx.spec(cur) \
-                and ctx.shape(add.outputs[0]) == ctx.shape(cur):
-            nodes.append(add)
-            cur = add.outputs[0]
-            return other
-        return None
+        joined = _residual_join(ctx, cur, *ops)
+        if joined is None:
+            return None
+        nodes.append(joined[0])
+        cur = joined[0].outputs[0]
+        return joined[1]
 
     residual = take_residual(*_ADDS) if residual_first else None
     activation, region, cur = _match_activation(ctx, cur)
@@ -449,6 +447,17 @@ def _epilogue(ctx: _Context, value: str, bias_of: int | None, residual_first: bo
     if not residual_first:
         residual = take_residual(*_ADDS, "Mul")
     return nodes, bias, activation, cur, residual
+
+
+def _residual_join(ctx: _Context, value: str, *ops: str) -> tuple[Node, str] | None:
+    """(the node, its other operand) where value's only reader joins it with a tensor of its own
+    dtype and shape by one of `ops` (a residual add, or a gate's Mul)."""
+    node = ctx.sole_user(value, *ops)
+    other = node and ctx.other_input(node, value)
+    if node and other and other != value and ctx.spec(other) == ctx.spec(value) \
+            and ctx.shape(node.outputs[0]) == ctx.shape(value):
+        return node, other
+    return None
 
 
 def _residual_op(epilogue: list[Node]) -> dict[str, str]:
@@ -943,9 +952,16 @@ def _narrowed_after_affine(ctx: _Context, x: str, out: str) -> tuple[str, str, l
 
 def _norm_match(ctx: _Context, kind: str, x: str, nodes: list[Node], eps: float, out: str,
                 params: list[str]) -> _Match:
+    """The norm's task, with the residual its output is added to where that add is its only reader
+    (the post-norms of Gemma 2 and 3, OLMo 2, Swin V2: x + norm(f(x)))."""
     numel = ctx.spec(x).numel
     per_element = {"layernorm": 8, "rmsnorm": 6}[kind]
-    return _Match(kind, nodes, [x] + params, out, {"eps": canonical_float(eps)}, per_element * numel)
+    residual = _residual_join(ctx, out, *_ADDS)
+    if residual is None:
+        return _Match(kind, nodes, [x] + params, out, {"eps": canonical_float(eps)}, per_element * numel)
+    add, other = residual
+    return _Match(kind, nodes + [add], [x, *params, other], add.outputs[0],
+                  {"eps": canonical_float(eps), "residual": True}, (per_element + 1) * numel)
 
 
 def _match_layernorm_primitive(ctx: _Context, mean: Node) -> _Match | None:
@@ -1024,8 +1040,8 @@ def _match_instance_norm(ctx: _Context, node: Node) -> _Match | None:
     params = [f"{prefix}_weight", f"{prefix}_bias"]
     match = _norm_match(ctx, "layernorm", x, [node], eps, node.outputs[0], params)
     match.folded = {params[0]: np.ones(row, dtype), params[1]: np.zeros(row, dtype)}
-    match.nodes = [Node(node.name, "LayerNormalization", [x, *params], list(node.outputs),
-                        {"axis": -1, "epsilon": eps})]
+    match.nodes = [Node(node.name, "LayerNormalization", [x, *params], list(node.outputs), {"axis": -1, "epsilon": eps}),
+                   *match.covers[1:]]  # and a post-norm's residual add
     return match
 
 

@@ -227,21 +227,31 @@ def softmax_task(rows: int, cols: int, dtype: str = "float32") -> Task:
     return builder.task(builder.op("Softmax", [builder.input("x", (rows, cols))], (rows, cols), axis=-1))
 
 
-def layernorm_task(rows: int, cols: int, dtype: str = "float32", eps: float = 1e-5) -> Task:
+def _post_norm_residual(builder: GraphBuilder, normed: str, residual: bool) -> str:
+    """A post-norm block's residual add after the norm (residual + norm(x)), where asked."""
+    if not residual:
+        return normed
+    shape = builder.values[normed].shape
+    return builder.op("Add", [builder.input("residual", shape), normed], shape)
+
+
+def layernorm_task(rows: int, cols: int, dtype: str = "float32", eps: float = 1e-5, residual: bool = False) -> Task:
     builder = GraphBuilder("layernorm", dtype)
     operands = [builder.input("x", (rows, cols)), builder.input("gamma", (cols,)), builder.input("beta", (cols,))]
-    return builder.task(builder.op("LayerNormalization", operands, (rows, cols), axis=-1, epsilon=float(eps)))
+    normed = builder.op("LayerNormalization", operands, (rows, cols), axis=-1, epsilon=float(eps))
+    return builder.task(_post_norm_residual(builder, normed, residual))
 
 
-def rmsnorm_task(rows: int, cols: int, dtype: str = "float32", eps: float = 1e-6) -> Task:
-    """x / sqrt(mean(x^2) + eps) * gamma, in the primitive form exporters emit."""
+def rmsnorm_task(rows: int, cols: int, dtype: str = "float32", eps: float = 1e-6, residual: bool = False) -> Task:
+    """x / sqrt(mean(x^2) + eps) * gamma [+ residual], in the primitive form exporters emit."""
     builder = GraphBuilder("rmsnorm", dtype)
     x = builder.input("x", (rows, cols))
     square = builder.op("Pow", [x, builder.constant(2.0)], (rows, cols))
     mean = builder.op("ReduceMean", [square], (rows, 1), axes=[-1], keepdims=1)
     std = builder.op("Sqrt", [builder.op("Add", [mean, builder.constant(eps)], (rows, 1))], (rows, 1))
     normalized = builder.op("Div", [x, std], (rows, cols))
-    return builder.task(builder.op("Mul", [builder.input("gamma", (cols,)), normalized], (rows, cols)))
+    normed = builder.op("Mul", [builder.input("gamma", (cols,)), normalized], (rows, cols))
+    return builder.task(_post_norm_residual(builder, normed, residual))
 
 
 def rotary_graph(batch: int, heads: int, seq: int, dim: int, dtype: str = "float32", *,

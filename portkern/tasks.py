@@ -28,8 +28,10 @@ Kinds and their kernel signatures (inputs in this order; graph layouts, kernels 
              [rotary_dims R, absent: D], [perm]: x is buffer.permute(perm), the head split folded
              in as for attention, [interleaved]: columns rotate in pairs (GPT-J, RoFormer), the
              rotation being (-x[..., 1], x[..., 0]) of each pair (2i, 2i + 1)
-  layernorm  x (...,N), gamma (N,), beta (N,) -> (...,N)       attrs: eps
-  rmsnorm    x (...,N), gamma (N,) -> (...,N)                  attrs: eps
+  layernorm  x (...,N), gamma (N,), beta (N,), [residual (...,N)] -> (...,N)     attrs: eps, [residual]
+  rmsnorm    x (...,N), gamma (N,), [residual (...,N)] -> (...,N)               attrs: eps, [residual]
+             out = norm(x) * gamma [+ beta] [+ residual]: a residual added after the norm (a
+             post-norm block, x + norm(f(x))) is read with the output's indices
   elementwise  in0..inK (broadcastable) -> out                 attrs: expr (see partition.py)
   reduce     x -> y                                            attrs: op (sum|mean|max|min), axes, keepdims
   conv2d     x (N,C,H,W), w (OC,C/g,KH,KW), [bias (OC,)], [residual] -> (N,OC,OH,OW)

@@ -69,6 +69,9 @@ GATE_CASES: list[tuple[str, Callable[[], Task], dict[str, Any]]] = [
     ("layernorm-fp32", lambda: layernorm_task(5, 7, "float32"), {}),
     ("rmsnorm-fp16", lambda: rmsnorm_task(37, 100, "float16"), {"ROWS": 4}),
     ("rmsnorm-fp32", lambda: rmsnorm_task(3, 5, "float32"), {}),
+    # post-norms: a residual added after the norm, a second stream of tiles
+    ("layernorm-fp16-residual", lambda: layernorm_task(37, 100, "float16", residual=True), {"ROWS": 4}),
+    ("rmsnorm-fp32-residual", lambda: rmsnorm_task(3, 5, "float32", residual=True), {}),
     ("gemm-fp32", lambda: gemm_task(37, 45, 29, "float32"), {"BLOCK_M": 64, "BLOCK_N": 64}),
     ("gemm-fp16-bias-transb", lambda: gemm_task(37, 45, 29, "float16", bias=True, trans_b=True),
      {"BLOCK_M": 64, "BLOCK_N": 64}),

@@ -634,10 +634,12 @@ def test_t5_rmsnorm_casts_its_input_twice_in_float16(spelling: str) -> None:
     np.testing.assert_allclose(tasks[0].reference(values)[0], plain.reference(values)[0], rtol=1e-6, atol=1e-6)
 
 
-def test_gemma_rmsnorm_weights_in_float32_and_casts_the_result_back() -> None:
+@pytest.mark.parametrize("post_norm", [False, True])
+def test_gemma_rmsnorm_weights_in_float32_and_casts_the_result_back(post_norm: bool) -> None:
     """GemmaRMSNorm in a float16 export: x cast to float32, normalized and scaled by 1 + weight (a
     float32 constant) there, only the result cast back: one rmsnorm task reading and writing
-    float16, its weight float32; Triton's rmsnorm kernels and the baseline pass the gate on it."""
+    float16, its weight float32; Triton's rmsnorm kernels and the baseline pass the gate on it.
+    Gemma 2's post-norms add the block's input after the cast back: the task's residual."""
     rows, cols = 3, 16
     builder = GraphBuilder("gemma_norm", "float16")
     x = _cast(builder, builder.input("x", (rows, cols)), (rows, cols), "float32")
@@ -647,14 +649,18 @@ def test_gemma_rmsnorm_weights_in_float32_and_casts_the_result_back() -> None:
                      (rows, 1), "float32")
     normalized = builder.op("Div", [x, std], (rows, cols), "float32")
     scaled = builder.op("Mul", [normalized, builder.input("weight", (cols,), "float32")], (rows, cols), "float32")
-    tasks = partition(builder.graph([_cast(builder, scaled, (rows, cols), "float16")]))
-    assert [task.kind for task in tasks] == ["rmsnorm"]
+    out = _cast(builder, scaled, (rows, cols), "float16")
+    if post_norm:
+        out = builder.op("Add", [builder.input("residual", (rows, cols)), out], (rows, cols))
+    tasks = partition(builder.graph([out]))
+    assert [(task.kind, task.attr("residual", False)) for task in tasks] == [("rmsnorm", post_norm)]
     task = tasks[0]
-    assert task.input_names == ("x", "weight") and [spec.dtype for spec in (*task.inputs, *task.outputs)] == [
-        "float16", "float32", "float16"]
+    assert task.input_names == ("x", "weight", *(["residual"] if post_norm else [])) and [
+        spec.dtype for spec in (*task.inputs, *task.outputs)] == ["float16", "float32", *(["float16"] * (1 + post_norm))]
     rng = np.random.default_rng(0)
     values = [rng.standard_normal(spec.shape) for spec in task.inputs]
-    want = values[0] / np.sqrt(np.mean(values[0] ** 2, axis=-1, keepdims=True) + 1e-6) * values[1]
+    want = values[0] / np.sqrt(np.mean(values[0] ** 2, axis=-1, keepdims=True) + 1e-6) * values[1] + (
+        values[2] if post_norm else 0.0)
     np.testing.assert_allclose(task.reference(values)[0], want, rtol=1e-6, atol=1e-6)
     backend = get_backend(load_target("h200"))
     programs = [backend.load(backend.compile(Candidate.of(v, v.default), task), task) for v in backend.variants(task)]

@@ -35,6 +35,7 @@ VARIANTS = {v.name: v for v in builtin_variants() if v.kind in MEMORY_KINDS}
 TOLERANCE = {"float32": 1e-5, "float16": 2e-3}  # relative L2 error against the float64 reference
 DTYPES = tuple(TOLERANCE)
 ROW_SHAPES = ((1, 1), (5, 7), (3, 100), (7, 1000), (2, 3000))
+POST_NORM_SHAPES = ((5, 7), (2, 3000))  # norms with a residual added after them (Gemma 2's post-norms)
 
 
 def _row_task(kind: str, rows: int, cols: int, dtype: str) -> Task:
@@ -86,7 +87,10 @@ def _cases(kind: str, dtype: str) -> list[tuple[Task, set[str]]]:
                 for b, h, s, d, packed, per_example, rotated, pairs in ROTARY_CASES]
     if kind in ("softmax", "layernorm", "rmsnorm"):
         every = {name for name, v in VARIANTS.items() if v.kind == kind}
-        return [(_row_task(kind, rows, cols, dtype), every) for rows, cols in ROW_SHAPES]
+        post_norms = [] if kind == "softmax" else [
+            ({"layernorm": synthetic.layernorm_task, "rmsnorm": synthetic.rmsnorm_task}[kind](
+                rows, cols, dtype, residual=True), every) for rows, cols in POST_NORM_SHAPES]
+        return [(_row_task(kind, rows, cols, dtype), every) for rows, cols in ROW_SHAPES] + post_norms
     if kind == "reduce":
         return [(synthetic.reduce_task(shape, dtype, op, axes, keepdims), names)
                 for (shape, op, axes, keepdims), names in REDUCE_CASES]

@@ -209,6 +209,9 @@ OTHER_KINDS = {
     "softmax": lambda: synthetic.softmax_task(37, 48),
     "layernorm": lambda: synthetic.layernorm_task(37, 48),
     "rmsnorm": lambda: synthetic.rmsnorm_task(37, 48),
+    # a post-norm block's residual added after the norm (Gemma 2, OLMo 2)
+    "layernorm_residual": lambda: synthetic.layernorm_task(37, 48, residual=True),
+    "rmsnorm_residual": lambda: synthetic.rmsnorm_task(37, 48, residual=True),
     "attention_mask": lambda: synthetic.attention_task(2, 3, 16, 32, mask=True),
     "attention_causal_kt": lambda: synthetic.attention_task(1, 2, 16, 16, seq_kv=32, causal=True, k_transposed=True),
     # 37 keys: no tile divides them, the last tile is padded (and k_transposed is packed then)

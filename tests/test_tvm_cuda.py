@@ -53,6 +53,7 @@ TASKS = {
     "softmax": lambda: synthetic.softmax_task(37, 48),
     "layernorm": lambda: synthetic.layernorm_task(37, 48),
     "rmsnorm": lambda: synthetic.rmsnorm_task(37, 48),
+    "rmsnorm_residual": lambda: synthetic.rmsnorm_task(37, 48, residual=True),
     "elementwise_chain": lambda: synthetic.elementwise_task(
         (37, 48), "float32", [("mul", "in0", 0.5), ("add", "t0", "in1"), ("gelu", "t1"), ("pow", "t2", 2.0)]),
 }

@@ -164,14 +164,24 @@ def _in_weight_dtype(inputs: Sequence[torch.Tensor]) -> torch.Tensor:
     return inputs[0].to(inputs[1].dtype)
 
 
+def _with_residual(task: Task, norm: Compute) -> Compute:
+    """A norm's compute with the residual a post-norm block adds after it, in the output's dtype
+    as the model adds it (its last input, where the task has one)."""
+    if not task.attr("residual", False):
+        return norm
+    return lambda inputs: inputs[-1] + norm(inputs).to(inputs[-1].dtype)
+
+
 def _layernorm(task: Task) -> Compute:
     eps = float(task.attr("eps", 1e-5))
-    return lambda inputs: F.layer_norm(_in_weight_dtype(inputs), inputs[0].shape[-1:], inputs[1], inputs[2], eps)
+    return _with_residual(task, lambda inputs: F.layer_norm(_in_weight_dtype(inputs), inputs[0].shape[-1:], inputs[1],
+                                                           inputs[2], eps))
 
 
 def _rmsnorm(task: Task) -> Compute:
     eps = float(task.attr("eps", 1e-6))
-    return lambda inputs: F.rms_norm(_in_weight_dtype(inputs), inputs[0].shape[-1:], inputs[1], eps)
+    return _with_residual(task, lambda inputs: F.rms_norm(_in_weight_dtype(inputs), inputs[0].shape[-1:], inputs[1],
+                                                         eps))
 
 
 def _reduce(task: Task) -> Compute:

@@ -59,10 +59,11 @@ def computation(task: Task, lanes: int) -> Computation:
         return x[r, j] - total[r] * (1.0 / n)
 
     squares = row_reduce(lambda r, j: centered(r, j) * centered(r, j), rows, n, lanes, "sum", "row_sq")
-    out = te.compute((rows, n), lambda r, j: centered(r, j) / te.sqrt(squares[r] * (1.0 / n) + eps)
-                     * gamma[j] + beta[j], name="out")
+    residual = _residual(task, rows, n)
+    out = te.compute((rows, n), lambda r, j: _plus(
+        residual, r, j, centered(r, j) / te.sqrt(squares[r] * (1.0 / n) + eps) * gamma[j] + beta[j]), name="out")
     stages = ("row_sum_lanes", "row_sum", "row_sq_lanes", "row_sq")
-    return Computation((x, gamma, beta, out), ((rows, n), (n,), (n,), (rows, n)), stages)
+    return _with_residual(Computation((x, gamma, beta, out), ((rows, n), (n,), (n,), (rows, n)), stages), residual)
 
 
 def rmsnorm_computation(task: Task, lanes: int) -> Computation:
@@ -72,9 +73,29 @@ def rmsnorm_computation(task: Task, lanes: int) -> Computation:
     x = te.placeholder((rows, n), "float32", name="x")
     gamma = te.placeholder((n,), "float32", name="gamma")
     squares = row_reduce(lambda r, j: x[r, j] * x[r, j], rows, n, lanes, "sum", "row_sq")
-    out = te.compute((rows, n), lambda r, j: x[r, j] / te.sqrt(squares[r] * (1.0 / n) + eps) * gamma[j],
-                     name="out")
-    return Computation((x, gamma, out), ((rows, n), (n,), (rows, n)), ("row_sq_lanes", "row_sq"))
+    residual = _residual(task, rows, n)
+    out = te.compute((rows, n), lambda r, j: _plus(
+        residual, r, j, x[r, j] / te.sqrt(squares[r] * (1.0 / n) + eps) * gamma[j]), name="out")
+    return _with_residual(Computation((x, gamma, out), ((rows, n), (n,), (rows, n)), ("row_sq_lanes", "row_sq")),
+                          residual)
+
+
+def _residual(task: Task, rows: int, n: int) -> te.Tensor | None:
+    """The residual a post-norm block adds after the norm (the task's last input), or None."""
+    return te.placeholder((rows, n), "float32", name="residual") if task.attr("residual", False) else None
+
+
+def _plus(residual: te.Tensor | None, r: Any, j: Any, value: Any) -> Any:
+    return value if residual is None else value + residual[r, j]
+
+
+def _with_residual(computed: Computation, residual: te.Tensor | None) -> Computation:
+    """The computation with the residual as an argument before the output (the task's input order)."""
+    if residual is None:
+        return computed
+    *inputs, out = computed.tensors
+    *input_shapes, out_shape = computed.arg_shapes
+    return Computation((*inputs, residual, out), (*input_shapes, out_shape, out_shape), computed.stages)
 
 
 def reduce_lanes(config: Mapping[str, Any]) -> int:

@@ -17,12 +17,12 @@ VECTOR_OPS_PER_ELEMENT = 9  # cast, sum, sub, square, sum, scale by rstd, gamma,
 def schedule(task, config, target):
     # x and x - mean; gamma and beta (zeros in UB where the task has none, so only gamma is read)
     return _rows_schedule(task, config, VECTOR_OPS_PER_ELEMENT, fp32_tiles=2, params=2,
-                          loaded_params=len(task.inputs) - 1)
+                          loaded_params=len(task.inputs) - 1 - int(task.attr("residual", False)))
 
 
 @triton.jit
-def _layernorm_rows(x_ptr, gamma_ptr, beta_ptr, out_ptr, n_rows, n_cols, eps,
-                    ROWS: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BETA: tl.constexpr):
+def _layernorm_rows(x_ptr, gamma_ptr, beta_ptr, residual_ptr, out_ptr, n_rows, n_cols, eps,
+                    ROWS: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BETA: tl.constexpr, RESIDUAL: tl.constexpr):
     pid = tl.program_id(0)
     num_cores = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
@@ -42,13 +42,14 @@ def _layernorm_rows(x_ptr, gamma_ptr, beta_ptr, out_ptr, n_rows, n_cols, eps,
         variance = tl.sum(centered * centered, axis=1) / n_cols
         rstd = 1.0 / tl.sqrt(variance + eps)
         y = centered * rstd[:, None] * gamma[None, :] + beta[None, :]
+        y = _plus_residual(y, out_ptr, residual_ptr, offsets, inside, RESIDUAL)
         tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=inside)
 
 
 def launch(task, config, inputs, outputs):
     n_rows, n_cols, _, block_n, _, programs = _geometry(task, config)
-    x, gamma = inputs[0], inputs[1]
-    has_beta = len(inputs) > 2
-    beta = inputs[2] if has_beta else gamma
-    _layernorm_rows[(programs,)](x, gamma, beta, outputs[0], n_rows, n_cols, float(task.attr("eps", 1e-5)),
-                                 ROWS=config["ROWS"], BLOCK_N=block_n, HAS_BETA=has_beta)
+    params, residual, has_residual = _residual_operands(task, inputs, outputs)
+    gamma, beta = params[0], params[-1]
+    _layernorm_rows[(programs,)](inputs[0], gamma, beta, residual, outputs[0], n_rows, n_cols,
+                                 float(task.attr("eps", 1e-5)), ROWS=config["ROWS"], BLOCK_N=block_n,
+                                 HAS_BETA=len(params) > 1, RESIDUAL=has_residual)

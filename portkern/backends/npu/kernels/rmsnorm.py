@@ -18,7 +18,8 @@ def schedule(task, config, target):
 
 
 @triton.jit
-def _rmsnorm_rows(x_ptr, gamma_ptr, out_ptr, n_rows, n_cols, eps, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+def _rmsnorm_rows(x_ptr, gamma_ptr, residual_ptr, out_ptr, n_rows, n_cols, eps, ROWS: tl.constexpr,
+                  BLOCK_N: tl.constexpr, RESIDUAL: tl.constexpr):
     pid = tl.program_id(0)
     num_cores = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
@@ -31,13 +32,13 @@ def _rmsnorm_rows(x_ptr, gamma_ptr, out_ptr, n_rows, n_cols, eps, ROWS: tl.const
         offsets = rows[:, None] * n_cols + cols[None, :]
         x = tl.load(x_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
         rms = tl.sqrt(tl.sum(x * x, axis=1) / n_cols + eps)
-        y = x / rms[:, None] * gamma[None, :]
+        y = _plus_residual(x / rms[:, None] * gamma[None, :], out_ptr, residual_ptr, offsets, inside, RESIDUAL)
         tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=inside)
 
 
 def launch(task, config, inputs, outputs):
     n_rows, n_cols, _, block_n, _, programs = _geometry(task, config)
-    x, gamma = inputs
-    _rmsnorm_rows[(programs,)](x, gamma, outputs[0], n_rows, n_cols, float(task.attr("eps", 1e-6)),
-                               ROWS=config["ROWS"], BLOCK_N=block_n)
+    (gamma,), residual, has_residual = _residual_operands(task, inputs, outputs)
+    _rmsnorm_rows[(programs,)](inputs[0], gamma, residual, outputs[0], n_rows, n_cols, float(task.attr("eps", 1e-6)),
+                               ROWS=config["ROWS"], BLOCK_N=block_n, RESIDUAL=has_residual)
 

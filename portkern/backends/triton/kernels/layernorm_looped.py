@@ -13,6 +13,7 @@ SPACE = {"BLOCK_N": [256, 512, 1024, 2048, 4096, 8192], "num_warps": [1, 2, 4, 8
 DEFAULT = {"BLOCK_N": 1024, "num_warps": 4}
 
 # include: rowwise
+# include: norm_residual
 
 
 def constraints(task, config, target):
@@ -20,7 +21,8 @@ def constraints(task, config, target):
 
 
 @triton.jit
-def _layernorm_looped(x_ptr, gamma_ptr, beta_ptr, y_ptr, n_cols, eps, BLOCK_N: tl.constexpr):
+def _layernorm_looped(x_ptr, gamma_ptr, beta_ptr, residual_ptr, y_ptr, n_cols, eps, BLOCK_N: tl.constexpr,
+                      RESIDUAL: tl.constexpr):
     row_start = tl.program_id(0).to(tl.int64) * n_cols
     cols = tl.arange(0, BLOCK_N)
     mean = tl.full([], 0.0, tl.float32)
@@ -45,12 +47,14 @@ def _layernorm_looped(x_ptr, gamma_ptr, beta_ptr, y_ptr, n_cols, eps, BLOCK_N: t
                     eviction_policy="evict_first").to(tl.float32)
         gamma = tl.load(gamma_ptr + start + cols, mask=mask, other=0.0).to(tl.float32)
         beta = tl.load(beta_ptr + start + cols, mask=mask, other=0.0).to(tl.float32)
-        y = (x - mean) * rstd * gamma + beta
-        tl.store(y_ptr + row_start + start + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+        offsets = row_start + start + cols
+        y = _plus_residual((x - mean) * rstd * gamma + beta, y_ptr, residual_ptr, offsets, mask, RESIDUAL)
+        tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 def launch(task, config, inputs, outputs):
     n_rows, n_cols = _rows_cols(task)
-    _layernorm_looped[(n_rows,)](inputs[0], inputs[1], inputs[2], outputs[0], n_cols,
-                                 float(task.attr("eps", 1e-5)), BLOCK_N=config["BLOCK_N"],
+    residual, has_residual = _residual_operands(task, inputs, outputs)
+    _layernorm_looped[(n_rows,)](inputs[0], inputs[1], inputs[2], residual, outputs[0], n_cols,
+                                 float(task.attr("eps", 1e-5)), BLOCK_N=config["BLOCK_N"], RESIDUAL=has_residual,
                                  num_warps=config["num_warps"])

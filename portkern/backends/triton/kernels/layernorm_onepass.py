@@ -15,6 +15,7 @@ DEFAULT = {"ROWS_PER_PROGRAM": 1, "num_warps": 4, "EVICTION": ""}
 
 # include: rowwise
 # include: row_tile
+# include: norm_residual
 
 
 def constraints(task, config, target):
@@ -22,8 +23,8 @@ def constraints(task, config, target):
 
 
 @triton.jit
-def _layernorm_rows(x_ptr, gamma_ptr, beta_ptr, y_ptr, n_rows, n_cols, eps,
-                    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, EVICTION: tl.constexpr):
+def _layernorm_rows(x_ptr, gamma_ptr, beta_ptr, residual_ptr, y_ptr, n_rows, n_cols, eps,
+                    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, EVICTION: tl.constexpr, RESIDUAL: tl.constexpr):
     x, offsets, store_mask = _load_rows(x_ptr, tl.program_id(0) * ROWS, n_rows, n_cols, 0.0, BLOCK_N, ROWS,
                                         EVICTION)
     cols = tl.arange(0, BLOCK_N)
@@ -34,6 +35,7 @@ def _layernorm_rows(x_ptr, gamma_ptr, beta_ptr, y_ptr, n_rows, n_cols, eps,
     gamma = tl.load(gamma_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
     beta = tl.load(beta_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
     y = centred * rstd[:, None] * gamma[None, :] + beta[None, :]
+    y = _plus_residual(y, y_ptr, residual_ptr, offsets, store_mask, RESIDUAL)
     tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=store_mask)
 
 
@@ -41,6 +43,8 @@ def launch(task, config, inputs, outputs):
     n_rows, n_cols = _rows_cols(task)
     rows_per_program = config["ROWS_PER_PROGRAM"]
     grid = (triton.cdiv(n_rows, rows_per_program),)
-    _layernorm_rows[grid](inputs[0], inputs[1], inputs[2], outputs[0], n_rows, n_cols,
+    residual, has_residual = _residual_operands(task, inputs, outputs)
+    _layernorm_rows[grid](inputs[0], inputs[1], inputs[2], residual, outputs[0], n_rows, n_cols,
                           float(task.attr("eps", 1e-5)), BLOCK_N=triton.next_power_of_2(n_cols),
-                          ROWS=rows_per_program, EVICTION=config["EVICTION"], num_warps=config["num_warps"])
+                          ROWS=rows_per_program, EVICTION=config["EVICTION"], RESIDUAL=has_residual,
+                          num_warps=config["num_warps"])

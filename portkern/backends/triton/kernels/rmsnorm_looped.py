@@ -12,6 +12,7 @@ SPACE = {"BLOCK_N": [256, 512, 1024, 2048, 4096, 8192], "num_warps": [1, 2, 4, 8
 DEFAULT = {"BLOCK_N": 1024, "num_warps": 4}
 
 # include: rowwise
+# include: norm_residual
 
 
 def constraints(task, config, target):
@@ -19,7 +20,7 @@ def constraints(task, config, target):
 
 
 @triton.jit
-def _rmsnorm_looped(x_ptr, gamma_ptr, y_ptr, n_cols, eps, BLOCK_N: tl.constexpr):
+def _rmsnorm_looped(x_ptr, gamma_ptr, residual_ptr, y_ptr, n_cols, eps, BLOCK_N: tl.constexpr, RESIDUAL: tl.constexpr):
     row_start = tl.program_id(0).to(tl.int64) * n_cols
     cols = tl.arange(0, BLOCK_N)
     squares = tl.zeros([BLOCK_N], dtype=tl.float32)
@@ -33,10 +34,13 @@ def _rmsnorm_looped(x_ptr, gamma_ptr, y_ptr, n_cols, eps, BLOCK_N: tl.constexpr)
         x = tl.load(x_ptr + row_start + start + cols, mask=mask, other=0.0,
                     eviction_policy="evict_first").to(tl.float32)
         gamma = tl.load(gamma_ptr + start + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(y_ptr + row_start + start + cols, (x * rstd * gamma).to(y_ptr.dtype.element_ty), mask=mask)
+        offsets = row_start + start + cols
+        y = _plus_residual(x * rstd * gamma, y_ptr, residual_ptr, offsets, mask, RESIDUAL)
+        tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 def launch(task, config, inputs, outputs):
     n_rows, n_cols = _rows_cols(task)
-    _rmsnorm_looped[(n_rows,)](inputs[0], inputs[1], outputs[0], n_cols, float(task.attr("eps", 1e-6)),
-                               BLOCK_N=config["BLOCK_N"], num_warps=config["num_warps"])
+    residual, has_residual = _residual_operands(task, inputs, outputs)
+    _rmsnorm_looped[(n_rows,)](inputs[0], inputs[1], residual, outputs[0], n_cols, float(task.attr("eps", 1e-6)),
+                               BLOCK_N=config["BLOCK_N"], RESIDUAL=has_residual, num_warps=config["num_warps"])

@@ -14,6 +14,7 @@ DEFAULT = {"ROWS_PER_PROGRAM": 1, "num_warps": 4, "EVICTION": ""}
 
 # include: rowwise
 # include: row_tile
+# include: norm_residual
 
 
 def constraints(task, config, target):
@@ -21,15 +22,15 @@ def constraints(task, config, target):
 
 
 @triton.jit
-def _rmsnorm_rows(x_ptr, gamma_ptr, y_ptr, n_rows, n_cols, eps, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
-                  EVICTION: tl.constexpr):
+def _rmsnorm_rows(x_ptr, gamma_ptr, residual_ptr, y_ptr, n_rows, n_cols, eps, BLOCK_N: tl.constexpr,
+                  ROWS: tl.constexpr, EVICTION: tl.constexpr, RESIDUAL: tl.constexpr):
     x, offsets, store_mask = _load_rows(x_ptr, tl.program_id(0) * ROWS, n_rows, n_cols, 0.0, BLOCK_N, ROWS,
                                         EVICTION)
     rstd = tl.rsqrt(tl.sum(x * x, axis=1) / n_cols + eps)
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
     gamma = tl.load(gamma_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-    y = x * rstd[:, None] * gamma[None, :]
+    y = _plus_residual(x * rstd[:, None] * gamma[None, :], y_ptr, residual_ptr, offsets, store_mask, RESIDUAL)
     tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=store_mask)
 
 
@@ -37,6 +38,7 @@ def launch(task, config, inputs, outputs):
     n_rows, n_cols = _rows_cols(task)
     rows_per_program = config["ROWS_PER_PROGRAM"]
     grid = (triton.cdiv(n_rows, rows_per_program),)
-    _rmsnorm_rows[grid](inputs[0], inputs[1], outputs[0], n_rows, n_cols, float(task.attr("eps", 1e-6)),
+    residual, has_residual = _residual_operands(task, inputs, outputs)
+    _rmsnorm_rows[grid](inputs[0], inputs[1], residual, outputs[0], n_rows, n_cols, float(task.attr("eps", 1e-6)),
                         BLOCK_N=triton.next_power_of_2(n_cols), ROWS=rows_per_program,
-                        EVICTION=config["EVICTION"], num_warps=config["num_warps"])
+                        EVICTION=config["EVICTION"], RESIDUAL=has_residual, num_warps=config["num_warps"])
