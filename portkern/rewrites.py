@@ -389,7 +389,7 @@ def collapse_layout_chains(graph: Graph) -> Graph:
     input's producer can make the chain's output instead. The graph itself where there is none."""
     consumers, producer = graph.consumers(), graph.producer()
     views: dict[int, list[Node]] = {}  # id(a chain's last node) -> the chain, made one Reshape
-    renamed: dict[int, tuple[str, str]] = {}  # id(producer) -> (its output, the chain's output it makes instead)
+    renamed: dict[int, dict[str, str]] = {}  # id(producer) -> {its output: the chain's output it makes instead}
     dropped: set[int] = set()
     for node in graph.nodes:
         if node.op_type not in _LAYOUT_OPS or node.domain not in ("", "ai.onnx"):
@@ -408,7 +408,7 @@ def collapse_layout_chains(graph: Graph) -> Graph:
         maker = producer.get(source)
         if graph.values[source].shape == graph.values[out].shape and maker is not None \
                 and _sole_consumer(graph, consumers, source) is chain[0]:
-            renamed[id(maker)] = (source, out)
+            renamed.setdefault(id(maker), {})[source] = out
         elif len(chain) > 1:
             views[id(chain[-1])] = chain
         else:
@@ -426,8 +426,7 @@ def collapse_layout_chains(graph: Graph) -> Graph:
             values[target], constants[target] = TensorSpec(shape.shape, "int64"), shape
             nodes.append(Node(f"{node.name}::view", "Reshape", [chain[0].inputs[0], target], list(node.outputs)))
         elif id(node) in renamed:
-            source, out = renamed[id(node)]
-            nodes.append(replace(node, outputs=[out if name == source else name for name in node.outputs]))
+            nodes.append(replace(node, outputs=[renamed[id(node)].get(name, name) for name in node.outputs]))
         elif id(node) not in dropped:
             nodes.append(node)
     return with_nodes(graph, nodes, values, constants)

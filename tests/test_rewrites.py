@@ -199,6 +199,26 @@ def test_a_layout_chain_that_only_reshapes_is_one_reshape(view: bool) -> None:
     np.testing.assert_array_equal(run_graph(rewritten, feeds)[graph.outputs[0]], run_graph(graph, feeds)[graph.outputs[0]])
 
 
+def test_views_that_give_their_input_back_are_no_nodes() -> None:
+    """CodeGen views each part of its Split q/k/v as the shape it already has: each Reshape goes,
+    and the Split makes the names the Reshapes made (every part's, not only the last one's)."""
+    builder = GraphBuilder("identity_views", "float32")
+    parts = builder.op("Split", [builder.input("x", (2, 6, 4))], (2, 2, 4), axis=1)
+    split = builder.nodes[-1]
+    split.outputs = [parts, f"{parts}_1", f"{parts}_2"]
+    for name in split.outputs[1:]:
+        builder.values[name] = builder.values[parts]
+    viewed = [builder.op("Reshape", [part, builder.constant(np.array([2, 2, 4]), "int64")], (2, 2, 4))
+              for part in split.outputs]
+    graph = builder.graph([builder.op("Relu", [value], (2, 2, 4)) for value in viewed])
+    rewritten = collapse_layout_chains(graph)
+    assert [node.op_type for node in rewritten.nodes] == ["Split", "Relu", "Relu", "Relu"]
+    feeds = {"x": np.random.default_rng(8).standard_normal((2, 6, 4)).astype(np.float32)}
+    want, got = run_graph(graph, feeds), run_graph(rewritten, feeds)
+    for name in graph.outputs:
+        np.testing.assert_array_equal(got[name], want[name])
+
+
 def test_the_view_rule_agrees_with_running_chains_on_the_indices() -> None:
     """collapse_layout_chains decides by strides, without making an array: on random chains of
     Transposes and Reshapes of small tensors it collapses only chains whose result, run on the
