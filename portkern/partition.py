@@ -755,11 +755,12 @@ def _match_attention(ctx: _Context, scores_mm: Node) -> _Match | None:
     if out_mm is None or out_mm.inputs[0] != probs or len(ctx.shape(probs)) != rank:
         return None
     v, v_user, out = out_mm.inputs[1], out_mm, out_mm.outputs[0]
+    dv = ctx.shape(v)[-1]  # the values' head dim may differ from the keys' (LeViT, DeepSeek's MLA)
     tail: list[Node] = []
     if rank == 3:
         v_lift = _merged_heads(ctx, v, out_mm)
         split = ctx.sole_user(out, "Reshape")
-        if v_lift is None or split is None or ctx.shape(split.outputs[0]) != (b, h, s, d):
+        if v_lift is None or split is None or ctx.shape(split.outputs[0]) != (b, h, s, dv):
             return None
         v, v_user = v_lift
         tail, out = [v_user, split], split.outputs[0]
@@ -772,7 +773,7 @@ def _match_attention(ctx: _Context, scores_mm: Node) -> _Match | None:
             k_nodes, tail = k_nodes + k_repeat, tail + v_repeat
             kv_heads = ctx.shape(v)[1]
     k_shape = (b, kv_heads, sk, d) if k_swapped else (b, kv_heads, d, sk)
-    if ctx.shape(k) != k_shape or ctx.shape(v) != (b, kv_heads, sk, d):
+    if ctx.shape(k) != k_shape or ctx.shape(v) != (b, kv_heads, sk, dv):
         return None
     nodes += [softmax, *passed, out_mm, *tail]
     attrs = {"scale": canonical_float(scale), "k_transposed": not k_swapped, "mask": mask is not None,
@@ -802,7 +803,7 @@ def _match_attention(ctx: _Context, scores_mm: Node) -> _Match | None:
             attrs["perms"] = tuple(perms)
     covers = sorted(q_nodes + k_nodes + nodes, key=lambda node: ctx.position[id(node)])
     inputs = [q, k, v] + ([mask] if mask is not None else [])
-    return _Match("attention", covers, inputs, out, attrs, 4 * b * h * _scored_pairs(s, sk, causal) * d)
+    return _Match("attention", covers, inputs, out, attrs, 2 * b * h * _scored_pairs(s, sk, causal) * (d + dv))
 
 
 def _scored_pairs(s: int, sk: int, causal: bool) -> int:

@@ -156,7 +156,7 @@ def attention_task(batch: int, heads: int, seq: int, head_dim: int, dtype: str =
                    seq_kv: int | None = None, mask: bool = False, causal: bool = False,
                    k_transposed: bool = False, packed_heads: bool = False,
                    mask_shape: tuple[int, int, int, int] | None = None, kv_heads: int | None = None,
-                   softcap: float | None = None) -> Task:
+                   softcap: float | None = None, value_dim: int | None = None) -> Task:
     """softmax(q @ k^T * (1/sqrt(D)) [+ mask] [+ causal]) @ v, as BERT-style exports spell it.
     packed_heads: q, k, v arrive as (B, S, H, D) and the output leaves as one, through the
     head-split and merge Transposes a backend with folds_attention_transposes folds in.
@@ -165,7 +165,9 @@ def attention_task(batch: int, heads: int, seq: int, head_dim: int, dtype: str =
     kv_heads: grouped-query attention: k and v have kv_heads heads, each repeated for heads /
     kv_heads query heads as transformers' repeat_kv writes it (what a backend with shares_kv_heads
     reads before the repeat). softcap: the scores soft-capped before the mask, Div by it, Tanh,
-    Mul by it (Gemma 2)."""
+    Mul by it (Gemma 2). value_dim: v's head dim where it is not q's and k's (LeViT's values are
+    twice as wide as its keys; DeepSeek's MLA has 192-wide keys, 128-wide values)."""
+    dv = head_dim if value_dim is None else value_dim
     builder = GraphBuilder("attention", dtype)
     sk = seq if seq_kv is None else seq_kv
     if causal and sk < seq:
@@ -201,7 +203,7 @@ def attention_task(batch: int, heads: int, seq: int, head_dim: int, dtype: str =
     else:
         k = operand("k", (batch, heads, sk, head_dim))
         kt = builder.op("Transpose", [k], (batch, heads, head_dim, sk), perm=[0, 1, 3, 2])
-    v = operand("v", (batch, heads, sk, head_dim))
+    v = operand("v", (batch, heads, sk, dv))
     scores_shape = (batch, heads, seq, sk)
     scores = builder.op("MatMul", [q, kt], scores_shape)
     scores = builder.op("Mul", [scores, builder.constant(1.0 / math.sqrt(head_dim))], scores_shape)
@@ -216,9 +218,9 @@ def attention_task(batch: int, heads: int, seq: int, head_dim: int, dtype: str =
         lowest = ml_dtypes.finfo(dtype).min
         scores = builder.op("Add", [scores, builder.constant(np.where(allowed, 0.0, lowest))], scores_shape)
     probs = builder.op("Softmax", [scores], scores_shape, axis=-1)
-    out = builder.op("MatMul", [probs, v], (batch, heads, seq, head_dim))
+    out = builder.op("MatMul", [probs, v], (batch, heads, seq, dv))
     if packed_heads:
-        out = builder.op("Transpose", [out], (batch, seq, heads, head_dim), perm=[0, 2, 1, 3])
+        out = builder.op("Transpose", [out], (batch, seq, heads, dv), perm=[0, 2, 1, 3])
     return builder.task(out, fold_attention_transposes=packed_heads, share_kv_heads=kv_heads is not None)
 
 

@@ -11,8 +11,9 @@ Kinds and their kernel signatures (inputs in this order; graph layouts, kernels 
              attrs: activation (none|relu|relu6|relu_squared|hardswish|gelu|gelu_tanh|silu|sigmoid|tanh), trans_b, bias, residual,
              [residual_op "mul"; absent: "add"]
   bmm        a (B...,M,K), b (B...,K,N) -> (B...,M,N)          attrs: scale (float, 1.0 = none)
-  attention  q (B,H,S,D), k (B,H,D,Sk) if k_transposed else (B,H,Sk,D), v (B,H,Sk,D),
-             [mask broadcastable to (B,H,S,Sk), additive] -> (B,H,S,D)
+  attention  q (B,H,S,D), k (B,H,D,Sk) if k_transposed else (B,H,Sk,D), v (B,H,Sk,Dv),
+             [mask broadcastable to (B,H,S,Sk), additive] -> (B,H,S,Dv); Dv is D but for a few
+             models (LeViT, DeepSeek's MLA), which a backend's kernels may refuse
              attrs: scale, k_transposed, mask, causal, [perms]: where the head-split and merge
              Transposes are folded in (partition.py), q, k, v and the output are the buffers
              around them, and operand i in the shapes above is buffer_i.permute(perms[i])

@@ -238,10 +238,11 @@ OTHER_KINDS = {
 }
 
 
-def test_soft_capped_attention_is_left_to_the_baseline(backend: TvmBackend) -> None:
-    """Gemma 2's tanh-capped logits: the template does not compute them, so it is not offered, and
-    onnxruntime's run of the task's own nodes passes the gate."""
-    task = synthetic.attention_task(1, 2, 16, 16, seq_kv=32, causal=True, softcap=2.0)
+@pytest.mark.parametrize("form", [dict(softcap=2.0), dict(value_dim=32)], ids=["soft_capped", "wider_values"])
+def test_attention_the_template_lacks_is_left_to_the_baseline(backend: TvmBackend, form: dict[str, Any]) -> None:
+    """Gemma 2's tanh-capped logits, LeViT's values wider than its keys: the template computes
+    neither, so it is not offered, and onnxruntime's run of the task's own nodes passes the gate."""
+    task = synthetic.attention_task(1, 2, 16, 16, seq_kv=32, causal=True, **form)
     assert backend.variants(task) == []
     baseline = backend.baseline(task)
     assert baseline is not None and verify(backend, baseline, task, "fp32").passed

@@ -53,6 +53,8 @@ def constraints(task: Task, config: Mapping[str, Any], target: Target) -> str | 
         return reason
     if task.attr("softcap"):
         return "soft-capped logits (tanh) are not implemented by this template"
+    if task.inputs[2].shape[-1] != task.inputs[0].shape[-1]:
+        return f"values {task.inputs[2].shape[-1]} wide, keys {task.inputs[0].shape[-1]}: one head dim serves both here"
     facts = HostFacts.of(target)
     _, _, _, keys, head_dim = dims(task)
     rows, tile_n, lanes = config["tile_rows"], config["tile_n"], config["vector_lanes"]

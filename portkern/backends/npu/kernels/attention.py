@@ -67,6 +67,8 @@ def constraints(task, config, target):
         return f"{task.dtype} is not supported here (fp32/fp16 only)"
     if task.attr("softcap"):
         return "soft-capped logits (tanh) are not implemented by this variant"
+    if task.inputs[2].shape[-1] != task.inputs[0].shape[-1]:
+        return f"values {task.inputs[2].shape[-1]} wide, keys {task.inputs[0].shape[-1]}: one head dim serves both here"
     return None
 
 

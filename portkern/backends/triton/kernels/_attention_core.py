@@ -79,9 +79,11 @@ def _grid_axis_problem(programs, remedy):
 
 
 def _head_dim_problem(task):
-    head_dim = _logical(task, 0)[-1]
+    head_dim, value_dim = _logical(task, 0)[-1], _logical(task, 2)[-1]
     if head_dim > MAX_HEAD_DIM:
         return f"head dim {head_dim} > {MAX_HEAD_DIM} does not fit one tile"
+    if value_dim != head_dim:
+        return f"values {value_dim} wide, keys {head_dim}: one head dim (BLOCK_D) serves both here"
     return None
 
 

@@ -72,6 +72,8 @@ def constraints(task, config, target):
     head_dim = _logical(task, 0)[-1]
     if head_dim > _MAX_HEAD_DIM:
         return f"head dim {head_dim} > {_MAX_HEAD_DIM}: a consumer's accumulator and scores would spill"
+    if _logical(task, 2)[-1] != head_dim:
+        return f"values {_logical(task, 2)[-1]} wide, keys {head_dim}: one head dim serves both here"
     k_transposed = task.attr("k_transposed", False)
     for index, name in ((0, "q"), (1, "k"), (2, "v"), (3, "the output")):
         # the buffer axis that holds the head dim (K^T's is its third): TMA tiles and the output's
