@@ -1292,7 +1292,10 @@ def _rotate_pairs(ctx: _Context, concat: Node) -> tuple[str, list[Node], str] | 
 
 
 def _match_rotary(ctx: _Context, concat: Node) -> _Match | None:
-    """x * cos + rotate(x) * sin (see the module docstring), anchored at the rotation's Concat."""
+    """x * cos + rotate(x) * sin (see the module docstring), anchored at the rotation's Concat.
+    Where x and its rotation are widened for the products (a float16 model's float32 cos and sin:
+    OLMo 2) and the sum is cast back to x's dtype, the task reads and writes x's dtype and
+    computes in float32, as its kernels do anyway."""
     if not ctx.fuse_rotary or len(concat.inputs) != 2:
         return None
     half = _rotate_half(ctx, concat)
@@ -1301,17 +1304,33 @@ def _match_rotary(ctx: _Context, concat: Node) -> _Match | None:
         return None
     x, nodes, rotated = found
     shape = ctx.shape(x)
+    widened = [cast for cast in (ctx.sole_user(rotated, "Cast"),) if ctx.widens(cast)]
+    rotated = widened[0].outputs[0] if widened else rotated
     rotated_mul = ctx.sole_user(rotated, "Mul")
     sin = ctx.other_input(rotated_mul, rotated) if rotated_mul else None
     add = ctx.sole_user(rotated_mul.outputs[0], *_ADDS) if rotated_mul else None
     other = ctx.other_input(add, rotated_mul.outputs[0]) if add and rotated_mul else None
     x_mul = ctx.producer.get(other) if other else None
-    cos = ctx.other_input(x_mul, x) if x_mul is not None and x_mul.op_type == "Mul" else None
+    x_read = x
+    if widened and x_mul is not None:  # x widened the same way: the Cast x_mul reads
+        x_cast = next((ctx.producer[name] for name in x_mul.inputs if name in ctx.producer
+                       and ctx.widens(ctx.producer[name]) and ctx.producer[name].inputs[0] == x), None)
+        if x_cast is None or ctx.sole_user(x_cast.outputs[0]) is not x_mul:
+            return None
+        widened.append(x_cast)
+        x_read = x_cast.outputs[0]
+    cos = ctx.other_input(x_mul, x_read) if x_mul is not None and x_mul.op_type == "Mul" else None
     if sin is None or cos is None or ctx.sole_user(x_mul.outputs[0]) is not add \
             or any(not _broadcasts_to(ctx.shape(angle), shape) for angle in (cos, sin)):
         return None
-    readers, out = [*(node for node in nodes if x in node.inputs), x_mul], add.outputs[0]
-    nodes = [*nodes, rotated_mul, x_mul, add]
+    out, narrowed = add.outputs[0], []
+    if widened:
+        back = ctx.cast_back(out, ctx.spec(x).dtype)
+        if back is None:
+            return None
+        out, narrowed = back.outputs[0], [back]
+    readers = [*(node for node in nodes if x in node.inputs), widened[-1] if widened else x_mul]
+    nodes = [*nodes, *widened, rotated_mul, x_mul, add, *narrowed]
     attrs: dict[str, Any] = {} if half else {"interleaved": True}
     partial = _partial_rotary(ctx, x, readers, out)
     if partial is not None:

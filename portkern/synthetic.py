@@ -256,16 +256,23 @@ def rmsnorm_task(rows: int, cols: int, dtype: str = "float32", eps: float = 1e-6
     return builder.task(_post_norm_residual(builder, normed, residual))
 
 
+def _onnx_dtype(name: str) -> int:
+    """A Cast's `to` for a dtype name (bfloat16 too)."""
+    return helper.np_dtype_to_tensor_dtype(np.dtype(ml_dtypes.bfloat16 if name == "bfloat16" else name))
+
+
 def rotary_graph(batch: int, heads: int, seq: int, dim: int, dtype: str = "float32", *,
                  packed_heads: bool = False, per_example: bool = False, rotary_dims: int | None = None,
-                 interleaved: bool = False) -> Graph:
+                 interleaved: bool = False, angles_dtype: str | None = None) -> Graph:
     """x * cos + rotate_half(x) * sin as transformers' apply_rotary_pos_emb writes it (two Slices
     of the last axis, Neg, Concat), cos and sin (1, 1, S, R) (per_example: (B, 1, S, R)).
     packed_heads: x arrives as (B, S, H, D) through the head-split Transpose a backend that folds
     attention transposes folds in. rotary_dims R < D: a partial rotary as GPT-NeoX writes it, the
     first R columns of each head (a Slice) rotated and Concatenated with the other D - R.
     interleaved: GPT-J's rotate_every_two instead, stack((-x[..., 1::2], x[..., ::2]), -1) flattened
-    (two strided Slices, Neg, two Unsqueezes, a Concat and a Reshape)."""
+    (two strided Slices, Neg, two Unsqueezes, a Concat and a Reshape). angles_dtype: cos and sin
+    in a wider float than x (OLMo 2's float32 angles in a float16 model): x and its rotation cast
+    up for the products, the sum cast back to x's dtype."""
     rotated_dims = dim if rotary_dims is None else rotary_dims
     if rotated_dims % 2 or not 0 < rotated_dims <= dim:
         raise SyntheticTaskError(f"rotary embeddings rotate halves of 2..{dim} columns, not {rotated_dims}")
@@ -283,7 +290,8 @@ def rotary_graph(batch: int, heads: int, seq: int, dim: int, dtype: str = "float
     x = last_axis(heads_value, 0, rotated_dims) if rotated_dims < dim else heads_value
     part = (batch, heads, seq, rotated_dims)
     angles = (batch if per_example else 1, 1, seq, rotated_dims)
-    cos, sin = builder.input("cos", angles), builder.input("sin", angles)
+    wide = angles_dtype or dtype
+    cos, sin = builder.input("cos", angles, wide), builder.input("sin", angles, wide)
     half = (batch, heads, seq, rotated_dims // 2)
     if interleaved:
         pairs, last = (*half, 2), builder.constant(np.array([-1]), "int64")
@@ -295,7 +303,12 @@ def rotary_graph(batch: int, heads: int, seq: int, dim: int, dtype: str = "float
     else:
         first, second = last_axis(x, 0, rotated_dims // 2), last_axis(x, rotated_dims // 2, rotated_dims)
         rotated = builder.op("Concat", [builder.op("Neg", [second], half), first], part, axis=-1)
-    out = builder.op("Add", [builder.op("Mul", [x, cos], part), builder.op("Mul", [rotated, sin], part)], part)
+    if wide != dtype:
+        x, rotated = (builder.op("Cast", [value], part, wide, to=_onnx_dtype(wide)) for value in (x, rotated))
+    out = builder.op("Add", [builder.op("Mul", [x, cos], part, wide), builder.op("Mul", [rotated, sin], part, wide)],
+                     part, wide)
+    if wide != dtype:
+        out = builder.op("Cast", [out], part, to=_onnx_dtype(dtype))
     if rotated_dims < dim:
         out = builder.op("Concat", [out, last_axis(heads_value, rotated_dims, dim)], shape, axis=-1)
     return builder.graph([out])
@@ -303,11 +316,11 @@ def rotary_graph(batch: int, heads: int, seq: int, dim: int, dtype: str = "float
 
 def rotary_task(batch: int, heads: int, seq: int, dim: int, dtype: str = "float32", *,
                 packed_heads: bool = False, per_example: bool = False, rotary_dims: int | None = None,
-                interleaved: bool = False) -> Task:
+                interleaved: bool = False, angles_dtype: str | None = None) -> Task:
     """rotary_graph's one task, as a backend with a rotary kernel (and, packed_heads, folded
     attention transposes) partitions it."""
     graph = rotary_graph(batch, heads, seq, dim, dtype, packed_heads=packed_heads, per_example=per_example,
-                         rotary_dims=rotary_dims, interleaved=interleaved)
+                         rotary_dims=rotary_dims, interleaved=interleaved, angles_dtype=angles_dtype)
     return only_task(graph, fold_attention_transposes=packed_heads, fuse_rotary=True)
 
 
@@ -350,7 +363,7 @@ def elementwise_task(shape: Sequence[int], dtype: str, expr: Sequence[Sequence[A
         step_dtype = None
         if op == "cast":
             step_dtype = str(args[1])
-            attrs["to"] = helper.np_dtype_to_tensor_dtype(np.dtype(step_dtype))
+            attrs["to"] = _onnx_dtype(step_dtype)
             operands = [operand(args[0])]
         elif op == "where":
             operands = [operand(args[0], condition=True), operand(args[1]), operand(args[2])]

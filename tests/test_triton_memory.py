@@ -82,9 +82,12 @@ ROTARY_CASES = ((1, 1, 1, 2, False, False, None, False), (2, 3, 5, 8, False, Fal
 def _cases(kind: str, dtype: str) -> list[tuple[Task, set[str]]]:
     if kind == "rotary":
         every = {name for name, v in VARIANTS.items() if v.kind == kind}
+        # OLMo 2's float16 model: float32 cos and sin, x widened for the products and the sum cast back
+        widened = [] if dtype == "float32" else [
+            (synthetic.rotary_task(2, 3, 7, 24, dtype, packed_heads=True, angles_dtype="float32"), every)]
         return [(synthetic.rotary_task(b, h, s, d, dtype, packed_heads=packed, per_example=per_example,
                                        rotary_dims=rotated, interleaved=pairs), every)
-                for b, h, s, d, packed, per_example, rotated, pairs in ROTARY_CASES]
+                for b, h, s, d, packed, per_example, rotated, pairs in ROTARY_CASES] + widened
     if kind in ("softmax", "layernorm", "rmsnorm"):
         every = {name for name, v in VARIANTS.items() if v.kind == kind}
         post_norms = [] if kind == "softmax" else [
