@@ -695,6 +695,12 @@ def _match_attention(ctx: _Context, scores_mm: Node) -> _Match | None:
         scale *= cap
         nodes += capping
         cur = capping[-1].outputs[0]
+    widen = ctx.sole_user(cur, "Cast")
+    if narrow_to is None and ctx.widens(widen):
+        # MPT's float16 scores cast up for the mask and the softmax, the probabilities cast back
+        # for the product (required below): the kernels score in float32 anyway
+        nodes.append(widen)
+        narrow_to, cur = ctx.spec(cur).dtype, widen.outputs[0]
     mask = None
     causal = False
     while (node := ctx.sole_user(cur, *_ADDS, "Where", "Reshape", "Max")) is not None:

@@ -156,7 +156,8 @@ def attention_task(batch: int, heads: int, seq: int, head_dim: int, dtype: str =
                    seq_kv: int | None = None, mask: bool = False, causal: bool = False,
                    k_transposed: bool = False, packed_heads: bool = False,
                    mask_shape: tuple[int, int, int, int] | None = None, kv_heads: int | None = None,
-                   softcap: float | None = None, value_dim: int | None = None) -> Task:
+                   softcap: float | None = None, value_dim: int | None = None,
+                   scores_dtype: str | None = None) -> Task:
     """softmax(q @ k^T * (1/sqrt(D)) [+ mask] [+ causal]) @ v, as BERT-style exports spell it.
     packed_heads: q, k, v arrive as (B, S, H, D) and the output leaves as one, through the
     head-split and merge Transposes a backend with folds_attention_transposes folds in.
@@ -166,7 +167,9 @@ def attention_task(batch: int, heads: int, seq: int, head_dim: int, dtype: str =
     kv_heads query heads as transformers' repeat_kv writes it (what a backend with shares_kv_heads
     reads before the repeat). softcap: the scores soft-capped before the mask, Div by it, Tanh,
     Mul by it (Gemma 2). value_dim: v's head dim where it is not q's and k's (LeViT's values are
-    twice as wide as its keys; DeepSeek's MLA has 192-wide keys, 128-wide values)."""
+    twice as wide as its keys; DeepSeek's MLA has 192-wide keys, 128-wide values). scores_dtype:
+    the scaled scores cast to a wider float for the mask and the softmax, the probabilities cast
+    back (MPT's float16 attention); the mask is then in that dtype."""
     dv = head_dim if value_dim is None else value_dim
     builder = GraphBuilder("attention", dtype)
     sk = seq if seq_kv is None else seq_kv
@@ -211,13 +214,19 @@ def attention_task(batch: int, heads: int, seq: int, head_dim: int, dtype: str =
         divided = builder.op("Div", [scores, builder.constant(softcap)], scores_shape)
         capped = builder.op("Tanh", [divided], scores_shape)
         scores = builder.op("Mul", [capped, builder.constant(softcap)], scores_shape)
+    wide = scores_dtype or dtype
+    if wide != dtype:
+        scores = builder.op("Cast", [scores], scores_shape, wide, to=_onnx_dtype(wide))
     if mask:
-        scores = builder.op("Add", [scores, builder.input("mask", mask_shape or (batch, 1, seq, sk))], scores_shape)
+        scores = builder.op("Add", [scores, builder.input("mask", mask_shape or (batch, 1, seq, sk), wide)],
+                            scores_shape, wide)
     if causal:
         allowed = np.arange(sk)[None, :] <= np.arange(seq)[:, None] + (sk - seq)
-        lowest = ml_dtypes.finfo(dtype).min
-        scores = builder.op("Add", [scores, builder.constant(np.where(allowed, 0.0, lowest))], scores_shape)
-    probs = builder.op("Softmax", [scores], scores_shape, axis=-1)
+        lowest = ml_dtypes.finfo(wide).min
+        scores = builder.op("Add", [scores, builder.constant(np.where(allowed, 0.0, lowest), wide)], scores_shape, wide)
+    probs = builder.op("Softmax", [scores], scores_shape, wide, axis=-1)
+    if wide != dtype:
+        probs = builder.op("Cast", [probs], scores_shape, to=_onnx_dtype(dtype))
     out = builder.op("MatMul", [probs, v], (batch, heads, seq, dv))
     if packed_heads:
         out = builder.op("Transpose", [out], (batch, seq, heads, dv), perm=[0, 2, 1, 3])

@@ -75,6 +75,8 @@ CASES: dict[str, list[Callable[[str], Task]]] = {
         # before their repeat; with the head split folded in and a mask, one key/value head for all
         lambda dt: synthetic.attention_task(2, 4, 19, 16, dt, kv_heads=2, causal=True),
         lambda dt: synthetic.attention_task(1, 6, 9, 16, dt, seq_kv=40, kv_heads=1, packed_heads=True, mask=True),
+        # MPT's: the scores cast to float32 for a float32 mask and the softmax, the probabilities cast back
+        lambda dt: synthetic.attention_task(1, 2, 19, 16, dt, mask=True, causal=True, scores_dtype="float32"),
     ],
     "conv2d": [
         lambda dt: synthetic.conv2d_task(2, 5, 9, 7, 6, 3, 3, dt, pad=1, activation="relu"),

@@ -124,6 +124,10 @@ def _sdpa(scale: float, k_transposed: bool, has_mask: bool, causal: bool) -> Com
         if k_transposed:
             k = k.transpose(-1, -2)
         mask = inputs[3] if has_mask else None
+        if mask is not None and mask.dtype != q.dtype:
+            # a float32 mask on float16 scores (MPT): SDPA's fused kernels take the query's dtype;
+            # float32's lowest held at float16's (as -inf, a row the mask hides entirely is NaN)
+            mask = mask.clamp_min(torch.finfo(q.dtype).min).to(q.dtype)
         seq, seq_kv = q.shape[-2], k.shape[-2]
         grouped = k.shape[-3] != q.shape[-3]  # grouped-query attention: fewer key/value heads
         if causal and mask is None and seq == seq_kv:  # SDPA's own causal path (flash kernels)
