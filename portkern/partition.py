@@ -1029,7 +1029,8 @@ def _match_layernorm_op(ctx: _Context, node: Node) -> _Match | None:
             or ctx.shape(node.inputs[1]) != (n,) or ctx.shape(node.inputs[2]) != (n,):
         return None
     eps = node.attrs.get("epsilon", 1e-5)
-    return _norm_match(ctx, "layernorm", x, [node], eps, node.outputs[0], list(node.inputs[1:3]))
+    x, out, narrowed = _narrowed_after_affine(ctx, x, node.outputs[0])  # OLMo's float32 norm in a float16 model
+    return _norm_match(ctx, "layernorm", x, [node, *narrowed], eps, out, list(node.inputs[1:3]))
 
 
 def _match_instance_norm(ctx: _Context, node: Node) -> _Match | None:

@@ -606,6 +606,26 @@ def test_a_norm_computed_in_float32_is_a_task_on_the_models_float16(kind: str, c
     np.testing.assert_allclose(task.reference(values)[0], plain.reference(values)[0], rtol=1e-6, atol=1e-6)
 
 
+def test_a_layernormalization_op_between_casts_is_a_float16_task() -> None:
+    """OLMo's parameter-free LayerNorm in a float16 export: the input cast to float32, a
+    LayerNormalization op there (its float32 weights of ones and zeros), the result cast back: one
+    layernorm task reading and writing float16 with float32 weights, no elementwise cast tasks."""
+    rows, cols = 3, 16
+    builder = GraphBuilder("olmo_norm", "float16")
+    wide = _cast(builder, builder.input("x", (rows, cols)), (rows, cols), "float32")
+    normed = builder.op("LayerNormalization", [wide, builder.constant(np.ones(cols), "float32"),
+                                               builder.constant(np.zeros(cols), "float32")],
+                        (rows, cols), "float32", axis=-1, epsilon=1e-5)
+    tasks = partition(builder.graph([_cast(builder, normed, (rows, cols), "float16")]))
+    assert [task.kind for task in tasks] == ["layernorm"]
+    assert [spec.dtype for spec in (*tasks[0].inputs, *tasks[0].outputs)] == ["float16", "float32", "float32",
+                                                                              "float16"]
+    x = np.random.default_rng(1).standard_normal((rows, cols))
+    want = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+    got = tasks[0].reference([x, np.ones(cols), np.zeros(cols)])[0]
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
+
+
 @pytest.mark.parametrize("spelling", ["div", "reciprocal"])
 def test_t5_rmsnorm_casts_its_input_twice_in_float16(spelling: str) -> None:
     """T5's RMSNorm in a float16 export: the input cast to float32 once for the mean square and once
