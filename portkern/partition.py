@@ -415,7 +415,8 @@ def _match_activation(ctx: _Context, value: str) -> tuple[str, list[Node], str]:
 # ----------------------------------------------------------------------------- patterns
 
 
-def _epilogue(ctx: _Context, value: str, bias_of: int | None, residual_first: bool) -> tuple[list[Node], str | None, str, str, str | None]:
+def _epilogue(ctx: _Context, value: str, bias_of: int | None,
+              residual_first: bool) -> tuple[list[Node], str | None, str, str, str | None]:
     """What follows a contraction: (nodes, bias, activation, out, residual).
 
     A bias Add of shape (bias_of,) is fused only when `bias_of` is given (a gemm without one). A
@@ -1048,8 +1049,8 @@ def _match_instance_norm(ctx: _Context, node: Node) -> _Match | None:
     params = [f"{prefix}_weight", f"{prefix}_bias"]
     match = _norm_match(ctx, "layernorm", x, [node], eps, node.outputs[0], params)
     match.folded = {params[0]: np.ones(row, dtype), params[1]: np.zeros(row, dtype)}
-    match.nodes = [Node(node.name, "LayerNormalization", [x, *params], list(node.outputs), {"axis": -1, "epsilon": eps}),
-                   *match.covers[1:]]  # and a post-norm's residual add
+    as_layernorm = Node(node.name, "LayerNormalization", [x, *params], list(node.outputs), {"axis": -1, "epsilon": eps})
+    match.nodes = [as_layernorm, *match.covers[1:]]  # and a post-norm's residual add
     return match
 
 

@@ -8,7 +8,7 @@ Kinds and their kernel signatures (inputs in this order; graph layouts, kernels 
   gemm       a (...,K), b (K,N) or (N,K) if trans_b, [bias (N,)], [residual (...,N)] -> (...,N)
              out = act(a @ b + bias) + residual, or * residual where residual_op is "mul" (a gate:
              SwiGLU's silu(x @ W_gate) * (x @ W_up), the up projection a task of its own)
-             attrs: activation (none|relu|relu6|relu_squared|hardswish|gelu|gelu_tanh|silu|sigmoid|tanh), trans_b, bias, residual,
+             attrs: activation (partition.EPILOGUE_ACTIVATIONS or none), trans_b, bias, residual,
              [residual_op "mul"; absent: "add"]
   bmm        a (B...,M,K), b (B...,K,N) -> (B...,M,N)          attrs: scale (float, 1.0 = none)
   attention  q (B,H,S,D), k (B,H,D,Sk) if k_transposed else (B,H,Sk,D), v (B,H,Sk,Dv),

@@ -75,15 +75,21 @@ def _eager(config: Any) -> Any:
 
 def calibrate_batch_norms(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> torch.nn.Module:
     """The module with each BatchNorm's running statistics those of its own inputs on `inputs` (one
-    forward in training mode, cumulative averages), in eval mode. transformers' random init draws
-    weights with std 0.02 and leaves the statistics at mean 0, variance 1: without this MobileNetV2's,
-    EfficientNet's, MobileViT's and LeViT's outputs shrink layer by layer to 0 (EfficientNet's
-    exactly, in float32), and a comparison against them is empty."""
+    forward in training mode, cumulative averages), in eval mode, and its affine as a trained
+    network's (weight 1 + N(0, 0.1), bias N(0, 0.1)). transformers' random init draws weights with
+    std 0.02 (EfficientNet's BatchNorm weights too) and leaves the statistics at mean 0, variance 1:
+    without this MobileNetV2's, EfficientNet's, MobileViT's and LeViT's outputs shrink layer by layer
+    to 0 (EfficientNet's to 1e-30 with the statistics alone), and a comparison against them is empty."""
     norms = [layer for layer in module.modules() if isinstance(layer, torch.nn.modules.batchnorm._BatchNorm)]
     if norms:
+        generator = torch.Generator().manual_seed(0)
         for norm in norms:
             norm.reset_running_stats()
             norm.momentum = None  # a cumulative average
+            if norm.affine:
+                with torch.no_grad():
+                    norm.weight.copy_(1.0 + 0.1 * torch.randn(norm.weight.shape, generator=generator))
+                    norm.bias.copy_(0.1 * torch.randn(norm.bias.shape, generator=generator))
         with torch.no_grad():
             module.train()(*inputs)
     return module.eval()
