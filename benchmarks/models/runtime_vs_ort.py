@@ -5,6 +5,10 @@ them: rotary, gated GEMMs, folded transposes) compute the model, with no GPU and
 
     python benchmarks/models/export_hf.py --out /tmp/hf-models
     python benchmarks/models/runtime_vs_ort.py /tmp/hf-models/llama.onnx /tmp/hf-models/phi.onnx
+
+--float32 DIR, for float16 files: also each one's error and onnxruntime's own float16 error against
+onnxruntime's run of DIR/NAME.onnx, the float32 export of the same model, on the same feeds (how much
+of the error is float16's).
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ def main() -> None:
     parser.add_argument("models", nargs="+", type=Path, help="ONNX files")
     parser.add_argument("--target", default="h200", help="a GPU target whose backend runs on the CPU (Triton)")
     parser.add_argument("--seed", type=int, default=1, help="random_feeds' seed")
+    parser.add_argument("--float32", type=Path, help="folder of the float32 exports of the (float16) models")
     args = parser.parse_args()
     target = load_target(args.target)
     empty = Pack(target={**asdict(target.profile), "name": args.target, "backend": target.backend},
@@ -50,6 +55,15 @@ def main() -> None:
         partial = sorted({task.attr("rotary_dims") for task in session.tasks if task.attr("rotary_dims")})
         error = max(rel_l2(got[name], want[name]) for name in graph.outputs)
         print(f"{path.stem}  {kinds}  {gated}  {partial}  {error:.3g}", flush=True)
+        if args.float32 is not None:
+            wide_path = args.float32 / path.name
+            wide_feeds = {name: value.astype(np.float32) if value.dtype == np.float16 else value
+                          for name, value in feeds.items()}
+            session32 = ort.InferenceSession(str(wide_path), providers=["CPUExecutionProvider"])
+            exact = dict(zip(graph.outputs, session32.run(graph.outputs, wide_feeds)))
+            print(f"  against {wide_path}: onnxruntime float16 "
+                  f"{max(rel_l2(want[name], exact[name]) for name in graph.outputs):.3g}, portkern float16 "
+                  f"{max(rel_l2(got[name], exact[name]) for name in graph.outputs):.3g}", flush=True)
 
 
 if __name__ == "__main__":
