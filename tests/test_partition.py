@@ -658,16 +658,14 @@ def test_t5_rmsnorm_casts_its_input_twice_in_float16(spelling: str) -> None:
 def test_values_wider_than_the_keys_are_one_attention_task_on_the_baseline(packed_heads: bool) -> None:
     """LeViT's attention (values twice as wide as keys and queries; DeepSeek's MLA has the same
     shape of problem): one attention task with a (B, H, S, Dv) output, whose flops count both
-    products. No kernel of the Triton or the NPU backend takes two head dims: Triton offers none
-    (it offers those that take some config) where it offers them for equal widths, the NPU's
-    refuse with the reason; the torch baseline (SDPA, which takes two widths) passes the gate."""
+    products. Triton's flash kernels take the two widths (test_triton_matrix runs them); the NPU's
+    kernel refuses them with the reason, and the torch baseline (SDPA) passes the gate."""
     task = synthetic.attention_task(2, 3, 19, 16, "float32", mask=True, value_dim=32, packed_heads=packed_heads)
     b, h, s, d, dv = 2, 3, 19, 16, 32
     assert task.kind == "attention" and task.outputs[0].shape == ((b, s, h, dv) if packed_heads else (b, h, s, dv))
     assert task.flops == 2 * b * h * s * s * (d + dv)
     backend = get_backend(load_target("h200"))
-    same_width = synthetic.attention_task(2, 3, 19, 16, "float32", mask=True, value_dim=16, packed_heads=packed_heads)
-    assert backend.variants(task) == [] and backend.variants(same_width)
+    assert {"attention_flash", "attention_splitkv"} <= {variant.name for variant in backend.variants(task)}
     npu = get_backend(load_target("ascend910b"))
     refusals = [npu.check(Candidate.of(v, v.default), task) for v in npu.variants(task)]
     assert refusals and all(reason and "values 32 wide, keys 16" in reason for reason in refusals), refusals

@@ -75,6 +75,10 @@ CASES: dict[str, list[Callable[[str], Task]]] = {
         # before their repeat; with the head split folded in and a mask, one key/value head for all
         lambda dt: synthetic.attention_task(2, 4, 19, 16, dt, kv_heads=2, causal=True),
         lambda dt: synthetic.attention_task(1, 6, 9, 16, dt, seq_kv=40, kv_heads=1, packed_heads=True, mask=True),
+        # LeViT's values twice as wide as its keys (an accumulator and an output of their own width); with a
+        # packed head split and grouped key/value heads, values narrower than the keys (odd widths)
+        lambda dt: synthetic.attention_task(2, 2, 19, 16, dt, mask=True, value_dim=32),
+        lambda dt: synthetic.attention_task(1, 4, 9, 24, dt, seq_kv=40, kv_heads=2, causal=True, value_dim=20),
         # MPT's: the scores cast to float32 for a float32 mask and the softmax, the probabilities cast back
         lambda dt: synthetic.attention_task(1, 2, 19, 16, dt, mask=True, causal=True, scores_dtype="float32"),
     ],

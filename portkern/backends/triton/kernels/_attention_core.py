@@ -79,27 +79,29 @@ def _grid_axis_problem(programs, remedy):
 
 
 def _head_dim_problem(task):
-    head_dim, value_dim = _logical(task, 0)[-1], _logical(task, 2)[-1]
-    if head_dim > MAX_HEAD_DIM:
-        return f"head dim {head_dim} > {MAX_HEAD_DIM} does not fit one tile"
-    if value_dim != head_dim:
-        return f"values {value_dim} wide, keys {head_dim}: one head dim (BLOCK_D) serves both here"
+    for what, width in (("head dim", _logical(task, 0)[-1]), ("value head dim", _logical(task, 2)[-1])):
+        if width > MAX_HEAD_DIM:
+            return f"{what} {width} > {MAX_HEAD_DIM} does not fit one tile"
     return None
 
 
 def _register_problem(task, config, target):
-    """The fp32 accumulator and the score tile live in registers."""
+    """The fp32 accumulator and the score tile live in registers (q's tile, as wide as the keys, beside
+    an accumulator as wide as the values: the wider of the two counted)."""
     threads = config["num_warps"] * target.profile.warp_size
-    per_thread = (config["BLOCK_M"] * (_block_d(_logical(task, 0)[-1]) + config["BLOCK_N"])) // threads
+    widest = max(_block_d(_logical(task, 0)[-1]), _block_d(_logical(task, 2)[-1]))
+    per_thread = (config["BLOCK_M"] * (widest + config["BLOCK_N"])) // threads
     if per_thread > 160:
         return f"{per_thread} fp32 registers a thread for the accumulator and scores would spill"
     return None
 
 
 def _attention_shared_memory(task, config):
+    """q's tile and each pipeline stage's K and V tiles (V as wide as the values)."""
     itemsize = 4 if task.dtype == "float32" else 2
-    block_d = _block_d(_logical(task, 0)[-1])
-    return itemsize * block_d * (config["BLOCK_M"] + 2 * max(1, config["num_stages"]) * config["BLOCK_N"])
+    block_d, block_dv = _block_d(_logical(task, 0)[-1]), _block_d(_logical(task, 2)[-1])
+    stages = max(1, config["num_stages"])
+    return itemsize * (block_d * config["BLOCK_M"] + stages * config["BLOCK_N"] * (block_d + block_dv))
 
 
 class _AttentionProblem:
@@ -111,7 +113,7 @@ class _AttentionProblem:
         q, k, v = (inputs[i].permute(*_perm(task, i)) for i in range(3))
         self.out = outputs[0].permute(*_perm(task, 3))
         self.batch, self.heads, self.seq, self.head_dim = q.shape
-        self.seq_kv = v.shape[2]
+        self.seq_kv, self.value_dim = v.shape[2], v.shape[3]
         k_strides = k.stride()
         self.k_transposed = bool(task.attr("k_transposed", False))
         if self.k_transposed:  # (B, H, D, Sk) read in (b, h, s, d) order
@@ -128,8 +130,10 @@ class _AttentionProblem:
         # the products scaled by scale / softcap, their tanh by softcap * log2(e)
         self.scale_log2 = scale / softcap if softcap else scale * LOG2E
         self.softcap_log2 = softcap * LOG2E
-        self.flags = {"BLOCK_D": _block_d(self.head_dim), "HAS_MASK": self.has_mask,
-                      "CAUSAL": bool(task.attr("causal", False)), "EVEN_D": _block_d(self.head_dim) == self.head_dim,
+        self.flags = {"BLOCK_D": _block_d(self.head_dim), "BLOCK_DV": _block_d(self.value_dim),
+                      "HAS_MASK": self.has_mask, "CAUSAL": bool(task.attr("causal", False)),
+                      "EVEN_D": _block_d(self.head_dim) == self.head_dim,
+                      "EVEN_DV": _block_d(self.value_dim) == self.value_dim,
                       "KV_GROUP": _kv_group(task), "SOFTCAP": bool(softcap), "DOT_PRECISION": DOT_PRECISION}
 
 
@@ -162,64 +166,69 @@ def _query_tile(q_ptr, b, h, block, S, D, sq_b, sq_h, sq_s, sq_d, BLOCK_M: tl.co
 
 
 @triton.jit
-def _attend(q, k_base, v_base, m_base, first_row, rows, row_ok, dims, dim_ok, key_lo, key_hi, S, SK, scale_log2,
-            softcap_log2, sk_s, sk_d, sv_s, sv_d, sm_s, sm_k, kv_descs, b, h, BLOCK_M: tl.constexpr,
-            BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr,
-            SOFTCAP: tl.constexpr, EVEN_D: tl.constexpr, TMA: tl.constexpr, K_TRANSPOSED: tl.constexpr,
-            DOT_PRECISION: tl.constexpr):
+def _attend(q, k_base, v_base, m_base, first_row, rows, row_ok, dims, dim_ok, vdims, vdim_ok, key_lo, key_hi, S,
+            SK, scale_log2, softcap_log2, sk_s, sk_d, sv_s, sv_d, sm_s, sm_k, kv_descs, b, h, BLOCK_M: tl.constexpr,
+            BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, HAS_MASK: tl.constexpr,
+            CAUSAL: tl.constexpr, SOFTCAP: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+            TMA: tl.constexpr, K_TRANSPOSED: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """Online softmax of q against keys [key_lo, key_hi): the unnormalised output, running max
     (log2 units) and running sum. Causal is bottom-right aligned: key j is visible to query i when
     j <= i + SK - S (as partition.py recognises it). The whole key blocks that every row of the
     block sees (all of them but the diagonal and the tail) run without key masks or the causal
     test; the rest run masked. With TMA, K and V tiles come through the descriptors kv_descs
-    (zero-filled past every edge) at (b, h), and the pointers are unused."""
+    (zero-filled past every edge) at (b, h), and the pointers are unused. dims are q's and k's
+    columns, vdims v's and the output's (LeViT's values are twice as wide as its keys)."""
     row_max = tl.full((BLOCK_M,), -float("inf"), tl.float32)
     row_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_DV), dtype=tl.float32)
     seen_by_all = key_hi
     if CAUSAL:
         seen_by_all = tl.minimum(key_hi, first_row + SK - S + 1)
     unmasked_end = key_lo + tl.maximum(seen_by_all - key_lo, 0) // BLOCK_N * BLOCK_N
     acc, row_max, row_sum = _attend_keys(acc, row_max, row_sum, q, k_base, v_base, m_base, rows, row_ok, dims,
-                                         dim_ok, key_lo, unmasked_end, S, SK, scale_log2, softcap_log2, sk_s,
-                                         sk_d, sv_s, sv_d, sm_s, sm_k, kv_descs, b, h, BLOCK_N, BLOCK_D, HAS_MASK,
-                                         CAUSAL, SOFTCAP, EVEN_D, False, TMA, K_TRANSPOSED, DOT_PRECISION)
-    return _attend_keys(acc, row_max, row_sum, q, k_base, v_base, m_base, rows, row_ok, dims, dim_ok,
+                                         dim_ok, vdims, vdim_ok, key_lo, unmasked_end, S, SK, scale_log2,
+                                         softcap_log2, sk_s, sk_d, sv_s, sv_d, sm_s, sm_k, kv_descs, b, h, BLOCK_N,
+                                         BLOCK_D, BLOCK_DV, HAS_MASK, CAUSAL, SOFTCAP, EVEN_D, EVEN_DV, False, TMA,
+                                         K_TRANSPOSED, DOT_PRECISION)
+    return _attend_keys(acc, row_max, row_sum, q, k_base, v_base, m_base, rows, row_ok, dims, dim_ok, vdims, vdim_ok,
                         unmasked_end, key_hi, S, SK, scale_log2, softcap_log2, sk_s, sk_d, sv_s, sv_d, sm_s, sm_k,
-                        kv_descs, b, h, BLOCK_N, BLOCK_D, HAS_MASK, CAUSAL, SOFTCAP, EVEN_D, True, TMA,
-                        K_TRANSPOSED, DOT_PRECISION)
+                        kv_descs, b, h, BLOCK_N, BLOCK_D, BLOCK_DV, HAS_MASK, CAUSAL, SOFTCAP, EVEN_D, EVEN_DV, True,
+                        TMA, K_TRANSPOSED, DOT_PRECISION)
 
 
 @triton.jit
-def _attend_keys(acc, row_max, row_sum, q, k_base, v_base, m_base, rows, row_ok, dims, dim_ok, key_lo, key_hi,
-                 S, SK, scale_log2, softcap_log2, sk_s, sk_d, sv_s, sv_d, sm_s, sm_k, kv_descs, b, h,
-                 BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr,
-                 SOFTCAP: tl.constexpr, EVEN_D: tl.constexpr, MASKED: tl.constexpr, TMA: tl.constexpr,
-                 K_TRANSPOSED: tl.constexpr, DOT_PRECISION: tl.constexpr):
+def _attend_keys(acc, row_max, row_sum, q, k_base, v_base, m_base, rows, row_ok, dims, dim_ok, vdims, vdim_ok,
+                 key_lo, key_hi, S, SK, scale_log2, softcap_log2, sk_s, sk_d, sv_s, sv_d, sm_s, sm_k, kv_descs, b, h,
+                 BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, HAS_MASK: tl.constexpr,
+                 CAUSAL: tl.constexpr, SOFTCAP: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+                 MASKED: tl.constexpr, TMA: tl.constexpr, K_TRANSPOSED: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """The online-softmax steps over keys [key_lo, key_hi). MASKED=False promises whole blocks
-    that every row sees: the loads drop their key masks (and dim masks when D fills the tile).
-    SOFTCAP: the scores are softcap * tanh(scale * q k^T / softcap) (_AttentionProblem)."""
+    that every row sees: the loads drop their key masks (and dim masks where the head dims fill
+    their tiles). SOFTCAP: the scores are softcap * tanh(scale * q k^T / softcap) (_AttentionProblem)."""
     for start in range(key_lo, key_hi, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         k_ptrs = k_base + dims[:, None] * sk_d + cols[None, :] * sk_s
-        v_ptrs = v_base + cols[:, None] * sv_s + dims[None, :] * sv_d
+        v_ptrs = v_base + cols[:, None] * sv_s + vdims[None, :] * sv_d
         if TMA:  # keys past SK (and dims past D) arrive as zeros; the scores' masks below still apply
             k_desc, v_desc = kv_descs
             if K_TRANSPOSED:
                 k_t = k_desc.load([b, h, 0, start]).reshape(BLOCK_D, BLOCK_N)
             else:
                 k_t = k_desc.load([b, h, start, 0]).reshape(BLOCK_N, BLOCK_D).T
-            v = v_desc.load([b, h, start, 0]).reshape(BLOCK_N, BLOCK_D)
+            v = v_desc.load([b, h, start, 0]).reshape(BLOCK_N, BLOCK_DV)
         elif MASKED:
             col_ok = cols < key_hi
             k_t = tl.load(k_ptrs, mask=dim_ok[:, None] & col_ok[None, :], other=0.0)
-            v = tl.load(v_ptrs, mask=col_ok[:, None] & dim_ok[None, :], other=0.0)
-        elif EVEN_D:
-            k_t = tl.load(k_ptrs)
-            v = tl.load(v_ptrs)
+            v = tl.load(v_ptrs, mask=col_ok[:, None] & vdim_ok[None, :], other=0.0)
         else:
-            k_t = tl.load(k_ptrs, mask=dim_ok[:, None], other=0.0)
-            v = tl.load(v_ptrs, mask=dim_ok[None, :], other=0.0)
+            if EVEN_D:
+                k_t = tl.load(k_ptrs)
+            else:
+                k_t = tl.load(k_ptrs, mask=dim_ok[:, None], other=0.0)
+            if EVEN_DV:
+                v = tl.load(v_ptrs)
+            else:
+                v = tl.load(v_ptrs, mask=vdim_ok[None, :], other=0.0)
         scores = tl.dot(q, k_t, input_precision=DOT_PRECISION) * scale_log2
         if SOFTCAP:
             scores = _tanh(scores) * softcap_log2

@@ -25,12 +25,13 @@ def _tma_kv_problem(task, target):
 
 
 def _kv_descriptors(p, block_n):
-    """4-D descriptors over K and V as the kernel reads them, (B, H, S, D) or K's (B, H, D, S)."""
+    """4-D descriptors over K and V as the kernel reads them, (B, H, S, D) or K's (B, H, D, S), V's
+    (B, H, S, Dv)."""
     k, v = p.tensors[1], p.tensors[2]
     block_d = p.flags["BLOCK_D"]
     k_block = [1, 1, block_d, block_n] if p.k_transposed else [1, 1, block_n, block_d]
     return (TensorDescriptor(k, list(k.shape), list(k.stride()), k_block),
-            TensorDescriptor(v, list(v.shape), list(v.stride()), [1, 1, block_n, block_d]))
+            TensorDescriptor(v, list(v.shape), list(v.stride()), [1, 1, block_n, p.flags["BLOCK_DV"]]))
 
 
 def fixed(task, target):
@@ -64,12 +65,12 @@ def shared_memory(task, config):
 
 
 @triton.jit
-def _flash_attention(q_ptr, k_ptr, v_ptr, k_desc, v_desc, mask_ptr, o_ptr, H, S, SK, D, scale_log2, softcap_log2,
-                     sq_b, sq_h, sq_s, sq_d, sk_b, sk_h, sk_s, sk_d, sv_b, sv_h, sv_s, sv_d,
+def _flash_attention(q_ptr, k_ptr, v_ptr, k_desc, v_desc, mask_ptr, o_ptr, H, S, SK, D, DV, scale_log2,
+                     softcap_log2, sq_b, sq_h, sq_s, sq_d, sk_b, sk_h, sk_s, sk_d, sv_b, sv_h, sv_s, sv_d,
                      sm_b, sm_h, sm_s, sm_k, so_b, so_h, so_s, so_d,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
                      HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, SOFTCAP: tl.constexpr, EVEN_D: tl.constexpr,
-                     KV_GROUP: tl.constexpr, PACK: tl.constexpr, TMA: tl.constexpr, K_TRANSPOSED: tl.constexpr,
+                     EVEN_DV: tl.constexpr, KV_GROUP: tl.constexpr, PACK: tl.constexpr, TMA: tl.constexpr, K_TRANSPOSED: tl.constexpr,
                      HEAVY_FIRST: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """Program (block, b * H / PACK + g): query heads [g * PACK, (g + 1) * PACK), BLOCK_M / PACK
     positions of each from block * BLOCK_M / PACK, row r of the tile being position r // PACK of the
@@ -88,16 +89,18 @@ def _flash_attention(q_ptr, k_ptr, v_ptr, k_desc, v_desc, mask_ptr, o_ptr, H, S,
     kv = h // KV_GROUP
     rows, heads, dims, row_ok, dim_ok, q = _query_tile(q_ptr, b, h, block, S, D, sq_b, sq_h, sq_s, sq_d, BLOCK_M,
                                                        BLOCK_D, PACK)
+    vdims = tl.arange(0, BLOCK_DV)
+    vdim_ok = vdims < DV
     # a packed tile's mask is one for all its heads (_pack_problem): read at its first head
     acc, row_max, row_sum = _attend(q, k_ptr + b * sk_b + kv * sk_h, v_ptr + b * sv_b + kv * sv_h,
                                     mask_ptr + b * sm_b + h * sm_h, block * POSITIONS, rows, row_ok, dims,
-                                    dim_ok, 0, _causal_end(block, SK, S, POSITIONS, CAUSAL), S, SK, scale_log2,
-                                    softcap_log2, sk_s, sk_d, sv_s, sv_d, sm_s, sm_k, (k_desc, v_desc), b32, kv,
-                                    BLOCK_M, BLOCK_N, BLOCK_D, HAS_MASK, CAUSAL, SOFTCAP, EVEN_D, TMA, K_TRANSPOSED,
-                                    DOT_PRECISION)
+                                    dim_ok, vdims, vdim_ok, 0, _causal_end(block, SK, S, POSITIONS, CAUSAL), S, SK,
+                                    scale_log2, softcap_log2, sk_s, sk_d, sv_s, sv_d, sm_s, sm_k, (k_desc, v_desc),
+                                    b32, kv, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DV, HAS_MASK, CAUSAL, SOFTCAP, EVEN_D,
+                                    EVEN_DV, TMA, K_TRANSPOSED, DOT_PRECISION)
     out = acc / row_sum[:, None]
-    tl.store(o_ptr + b * so_b + (heads * so_h + rows * so_s)[:, None] + dims[None, :] * so_d,
-             out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & dim_ok[None, :])
+    tl.store(o_ptr + b * so_b + (heads * so_h + rows * so_s)[:, None] + vdims[None, :] * so_d,
+             out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & vdim_ok[None, :])
 
 
 def launch(task, config, inputs, outputs):
@@ -108,7 +111,7 @@ def launch(task, config, inputs, outputs):
     # without TMA the descriptor slots take a placeholder pointer the kernel never reads
     k_desc, v_desc = _kv_descriptors(p, config["BLOCK_N"]) if config["TMA"] else p.tensors[1:3]
     _flash_attention[grid](*p.tensors[:3], k_desc, v_desc, p.mask, out, p.heads, p.seq, p.seq_kv, p.head_dim,
-                           p.scale_log2, p.softcap_log2, *p.strides, *out.stride(), BLOCK_M=config["BLOCK_M"],
+                           p.value_dim, p.scale_log2, p.softcap_log2, *p.strides, *out.stride(), BLOCK_M=config["BLOCK_M"],
                            BLOCK_N=config["BLOCK_N"], **p.flags, PACK=pack, TMA=config["TMA"],
                            K_TRANSPOSED=p.k_transposed, HEAVY_FIRST=config["HEAVY_FIRST"],
                            num_warps=config["num_warps"], num_stages=config["num_stages"])

@@ -48,19 +48,19 @@ def shared_memory(task, config):
 
 
 def scratch(task, config):
-    batch, heads, seq, head_dim = _logical(task, 0)
+    batch, heads, seq, _ = _logical(task, 0)
     rows = batch * heads * seq
-    return [((config["SPLITS"], rows, head_dim), "float32"), ((config["SPLITS"], rows), "float32"),
+    return [((config["SPLITS"], rows, _logical(task, 2)[-1]), "float32"), ((config["SPLITS"], rows), "float32"),
             ((config["SPLITS"], rows), "float32")]
 
 
 @triton.jit
-def _attention_split(q_ptr, k_ptr, v_ptr, mask_ptr, acc_ptr, max_ptr, sum_ptr, H, S, SK, D, chunk,
+def _attention_split(q_ptr, k_ptr, v_ptr, mask_ptr, acc_ptr, max_ptr, sum_ptr, H, S, SK, D, DV, chunk,
                      scale_log2, softcap_log2, sq_b, sq_h, sq_s, sq_d, sk_b, sk_h, sk_s, sk_d, sv_b, sv_h, sv_s,
                      sv_d, sm_b, sm_h, sm_s, sm_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_D: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, SOFTCAP: tl.constexpr,
-                     EVEN_D: tl.constexpr, KV_GROUP: tl.constexpr, PACK: tl.constexpr,
-                     DOT_PRECISION: tl.constexpr):
+                     BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr,
+                     SOFTCAP: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, KV_GROUP: tl.constexpr,
+                     PACK: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """Program (block, b * H / PACK + g, split): attention_flash's tile of query heads [g * PACK,
     (g + 1) * PACK) over the split's key chunk, its partial results in the (split, b * H + head, row)
     slots the merge reads."""
@@ -71,23 +71,26 @@ def _attention_split(q_ptr, k_ptr, v_ptr, mask_ptr, acc_ptr, max_ptr, sum_ptr, H
     kv = h // KV_GROUP
     rows, heads, dims, row_ok, dim_ok, q = _query_tile(q_ptr, b, h, block, S, D, sq_b, sq_h, sq_s, sq_d, BLOCK_M,
                                                        BLOCK_D, PACK)
+    vdims = tl.arange(0, BLOCK_DV)
+    vdim_ok = vdims < DV
     key_lo = split * chunk
     key_hi = tl.minimum(key_lo + chunk, _causal_end(block, SK, S, POSITIONS, CAUSAL))
     acc, row_max, row_sum = _attend(q, k_ptr + b * sk_b + kv * sk_h, v_ptr + b * sv_b + kv * sv_h,
                                     mask_ptr + b * sm_b + h * sm_h, block * POSITIONS, rows, row_ok, dims,
-                                    dim_ok, key_lo, key_hi, S, SK, scale_log2, softcap_log2, sk_s, sk_d, sv_s,
-                                    sv_d, sm_s, sm_k, None, b, h, BLOCK_M, BLOCK_N, BLOCK_D, HAS_MASK, CAUSAL,
-                                    SOFTCAP, EVEN_D, False, False, DOT_PRECISION)
+                                    dim_ok, vdims, vdim_ok, key_lo, key_hi, S, SK, scale_log2, softcap_log2, sk_s,
+                                    sk_d, sv_s, sv_d, sm_s, sm_k, None, b, h, BLOCK_M, BLOCK_N, BLOCK_D, BLOCK_DV,
+                                    HAS_MASK, CAUSAL, SOFTCAP, EVEN_D, EVEN_DV, False, False, DOT_PRECISION)
     slots = (split * tl.num_programs(1) * PACK + b32 * H + heads).to(tl.int64) * S + rows  # (split, b*h, row)
     tl.store(max_ptr + slots, row_max, mask=row_ok)
     tl.store(sum_ptr + slots, row_sum, mask=row_ok)
-    tl.store(acc_ptr + slots[:, None] * D + dims[None, :], acc, mask=row_ok[:, None] & dim_ok[None, :])
+    tl.store(acc_ptr + slots[:, None] * DV + vdims[None, :], acc, mask=row_ok[:, None] & vdim_ok[None, :])
 
 
 @triton.jit
 def _attention_merge(acc_ptr, max_ptr, sum_ptr, o_ptr, H, S, D, so_b, so_h, so_s, so_d,
                      SPLITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
-    """out = sum_s 2^(m_s - m) acc_s / sum_s 2^(m_s - m) l_s, splits in order."""
+    """out = sum_s 2^(m_s - m) acc_s / sum_s 2^(m_s - m) l_s, splits in order (D, BLOCK_D: the
+    output's, the values', head dim)."""
     block, bh = tl.program_id(0), tl.program_id(1)
     rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, BLOCK_D)
@@ -121,10 +124,10 @@ def launch(task, config, inputs, outputs):
     splits, block_m, pack = config["SPLITS"], config["BLOCK_M"], _heads_per_tile(task, config)
     blocks = triton.cdiv(p.seq, block_m)
     _attention_split[(triton.cdiv(p.seq, block_m // pack), p.batch * p.heads // pack, splits)](
-        *p.tensors[:3], p.mask, acc, row_max, row_sum, p.heads, p.seq, p.seq_kv, p.head_dim,
+        *p.tensors[:3], p.mask, acc, row_max, row_sum, p.heads, p.seq, p.seq_kv, p.head_dim, p.value_dim,
         _chunk(p.seq_kv, splits, config["BLOCK_N"]), p.scale_log2, p.softcap_log2, *p.strides, BLOCK_M=block_m,
         BLOCK_N=config["BLOCK_N"], **p.flags, PACK=pack, num_warps=config["num_warps"],
         num_stages=config["num_stages"])
     _attention_merge[(blocks, p.batch * p.heads)](
-        acc, row_max, row_sum, out, p.heads, p.seq, p.head_dim, *out.stride(), SPLITS=splits,
-        BLOCK_M=block_m, BLOCK_D=p.flags["BLOCK_D"], num_warps=config["num_warps"])
+        acc, row_max, row_sum, out, p.heads, p.seq, p.value_dim, *out.stride(), SPLITS=splits,
+        BLOCK_M=block_m, BLOCK_D=p.flags["BLOCK_DV"], num_warps=config["num_warps"])
