@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On a lent Hopper, after gpu_run.sh's setup: this session's new kernel paths compiled and gated on the GPU
-# (post-norm residuals in the norm kernels, float32-angle rotary, squared ReLU / hardswish GEMM epilogues,
+# (post-norm residuals in the norm kernels, float32-angle rotary, the squared-ReLU GEMM epilogue,
 # attention with values wider than keys and MPT's float32-scored attention), then a short whole-model tune of
 # Gemma 2's widths (post-norm residual RMSNorms, soft-capped attention) beside torch.
 #   device run: bash benchmarks/gpu_run.sh bash benchmarks/gpu_checks_new_paths.sh      carry [".whl"]
