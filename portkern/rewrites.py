@@ -32,6 +32,14 @@ own, and it hid the residual add or activation after it from the GEMM's epilogue
 each block; LeViT: a HardSwish after most of them). The same arithmetic up to the rounding of the
 scaled weights, as folding a BatchNorm into a conv.
 
+einsums_as_matmuls: a two-operand Einsum without ellipses, repeated or summed-out letters is a
+MatMul between views: each operand transposed to (batch..., free..., contracted...) (the second to
+(batch..., contracted..., free...)) and viewed as (batch..., rows, K), the product viewed back to its
+letters and transposed to the output's order. Funnel computes its attention scores and probabilities
+times values with Einsum, as do hand-written attention blocks ('bhid,bhjd->bhij'): as Einsum they were
+glue run by the framework, as MatMuls they are bmm, gemm and attention tasks. A constant operand (a
+weight) is laid out here once. Transposes and Reshapes that change nothing are left out.
+
 fold_pads_into_convs: a Pad of zeros on the spatial axes in front of a Conv is the Conv's own
 padding. transformers' MobileNetV2 and EfficientNet pad ahead of their strided convs as TensorFlow
 does (more at the end than at the start): as a node of its own the Pad is a copy of the activation,
@@ -327,6 +335,103 @@ def reassociate_residuals(graph: Graph) -> Graph:
 
 
 _LAYOUT_OPS = ("Transpose", "Reshape", "Flatten")
+
+
+def einsums_as_matmuls(graph: Graph) -> Graph:
+    """Every Einsum _einsum_terms takes, as a MatMul between views (see the module docstring). The
+    graph itself where there is none."""
+    values, constants = dict(graph.values), dict(graph.constants)
+    nodes: list[Node] = []
+    lowered = False
+    for node in graph.nodes:
+        made = _einsum_as_matmul(graph, node, values, constants)
+        lowered = lowered or made is not None
+        nodes.extend(made if made is not None else [node])
+    return with_nodes(graph, nodes, values, constants) if lowered else graph
+
+
+def _einsum_terms(node: Node) -> tuple[str, str, str] | None:
+    """(first operand's letters, second's, the output's) of a two-operand Einsum each of whose letters
+    the output keeps or both operands share (a contraction), none twice in a term; else None."""
+    if node.op_type != "Einsum" or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
+        return None
+    equation = str(node.attrs.get("equation", "")).replace(" ", "")
+    if "..." in equation or equation.count("->") != 1:
+        return None
+    operands, out = equation.split("->")
+    if operands.count(",") != 1:
+        return None
+    a, b = operands.split(",")
+    if not all(term.isalpha() and len(set(term)) == len(term) for term in (a, b, out)) \
+            or set(out) - set(a) - set(b) or (set(a) ^ set(b)) - set(out):
+        return None
+    return a, b, out
+
+
+def _einsum_as_matmul(graph: Graph, node: Node, values: dict[str, TensorSpec],
+                      constants: dict[str, np.ndarray]) -> list[Node] | None:
+    """The nodes computing `node`, an Einsum, as a MatMul between views; None where it is not one
+    _einsum_terms takes. New values and constants go into `values` and `constants`."""
+    terms = _einsum_terms(node)
+    if terms is None:
+        return None
+    a, b, out = terms
+    size = {letter: extent for term, name in ((a, node.inputs[0]), (b, node.inputs[1]))
+            for letter, extent in zip(term, graph.values[name].shape)}
+    batch = [letter for letter in out if letter in a and letter in b]
+    free_a = [letter for letter in out if letter in a and letter not in b]
+    free_b = [letter for letter in out if letter in b and letter not in a]
+    contracted = [letter for letter in a if letter in b and letter not in out]
+    tag = node.name or node.outputs[0]
+    dtype = graph.values[node.outputs[0]].dtype
+    made: list[Node] = []
+
+    def laid_out(name: str, term: str, order: list[str], grouped: list[list[str]], label: str) -> str:
+        """`name` (letters `term`) transposed to `order` and viewed as batch x one axis per group."""
+        perm = [term.index(letter) for letter in order]
+        shape = [size[letter] for letter in batch] + [math.prod(size[letter] for letter in part) for part in grouped]
+        if name in graph.constants:  # a weight: laid out once, here
+            array = np.transpose(graph.constants[name], perm).reshape(shape)
+            constants[f"{tag}::{label}"], values[f"{tag}::{label}"] = array, TensorSpec(tuple(shape), dtype)
+            return f"{tag}::{label}"
+        return _viewed(name, perm, shape, f"{tag}::{label}", values, constants, made)
+
+    # without batch letters the first operand keeps its free axes (MatMul broadcasts a 2-D second
+    # operand over them: x (B, S, D) by a weight stays the projection partition knows)
+    rows = [[letter] for letter in free_a] if not batch and free_a else [free_a]
+    left = laid_out(node.inputs[0], a, batch + free_a + contracted, [*rows, contracted], "a")
+    right = laid_out(node.inputs[1], b, batch + contracted + free_b, [contracted, free_b], "b")
+    product_shape = tuple([size[letter] for letter in batch] + [math.prod(size[letter] for letter in part)
+                                                               for part in (*rows, free_b)])
+    product = f"{tag}::product"
+    values[product] = TensorSpec(product_shape, dtype)
+    made.append(Node(f"{tag}::matmul", "MatMul", [left, right], [product]))
+    letters = batch + free_a + free_b
+    result = _viewed(product, list(range(len(product_shape))), [size[letter] for letter in letters],
+                     f"{tag}::letters", values, constants, made)
+    _viewed(result, [letters.index(letter) for letter in out], [size[letter] for letter in out], f"{tag}::out",
+            values, constants, made)
+    made[-1] = replace(made[-1], outputs=list(node.outputs))  # the Einsum's readers read the last step
+    return made
+
+
+def _viewed(name: str, perm: list[int], shape: list[int], tag: str, values: dict[str, TensorSpec],
+            constants: dict[str, np.ndarray], made: list[Node]) -> str:
+    """`name` transposed by `perm` and reshaped to `shape`, the nodes appended to `made`; a step that
+    changes nothing is left out."""
+    spec = values[name]
+    if perm != sorted(perm):
+        transposed = tuple(spec.shape[axis] for axis in perm)
+        values[f"{tag}::t"] = TensorSpec(transposed, spec.dtype)
+        made.append(Node(f"{tag}::transpose", "Transpose", [name], [f"{tag}::t"], {"perm": perm}))
+        name, spec = f"{tag}::t", values[f"{tag}::t"]
+    if tuple(shape) != spec.shape:
+        target = f"{tag}::shape"
+        values[target], constants[target] = TensorSpec((len(shape),), "int64"), np.array(shape, np.int64)
+        values[f"{tag}::v"] = TensorSpec(tuple(shape), spec.dtype)
+        made.append(Node(f"{tag}::view", "Reshape", [name, target], [f"{tag}::v"]))
+        name = f"{tag}::v"
+    return name
 
 
 def fold_pads_into_convs(graph: Graph) -> Graph:

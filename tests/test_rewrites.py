@@ -11,8 +11,8 @@ from portkern.executor import run_graph
 from portkern.hwprofile import load_target
 from portkern.ir import Graph, Node, TensorSpec
 from portkern.partition import backend_tasks
-from portkern.rewrites import (MIN_PART, collapse_layout_chains, fold_column_affines, fold_pads_into_convs,
-                               reassociate_residuals, split_projections)
+from portkern.rewrites import (MIN_PART, collapse_layout_chains, einsums_as_matmuls, fold_column_affines,
+                               fold_pads_into_convs, reassociate_residuals, split_projections)
 from portkern.synthetic import GraphBuilder
 
 
@@ -430,3 +430,48 @@ def test_an_affine_that_is_not_per_column_stays() -> None:
                            b.constant(np.array([1.0, 0.0]))], (3, 2))
     graph = b.graph([normed, divided])
     assert fold_column_affines(graph) is graph
+
+
+@pytest.mark.parametrize("equation, a_shape, b_shape, b_constant, ops", [
+    ("bind,bjnd->bnij", (2, 5, 3, 4), (2, 7, 3, 4), False, ["Transpose", "Transpose", "MatMul"]),
+    ("bnij,bjnd->bind", (2, 3, 5, 7), (2, 7, 3, 4), False, ["Transpose", "MatMul", "Transpose"]),
+    ("bsd,hd->bsh", (2, 3, 4), (6, 4), True, ["MatMul"]),  # a projection: the weight laid out once
+    ("sbd,dhk->sbhk", (3, 2, 4), (4, 2, 5), True, ["MatMul", "Reshape"]),
+    ("abc,cb->a", (2, 3, 4), (4, 3), False, ["Reshape", "Transpose", "Reshape", "MatMul", "Reshape"]),
+    ("ab,cd->abcd", (2, 3), (4, 5), False, ["Reshape", "Reshape", "MatMul", "Reshape"]),  # an outer product
+])
+def test_an_einsum_is_a_matmul_between_views(equation: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...],
+                                             b_constant: bool, ops: list[str]) -> None:
+    rng = np.random.default_rng(9)
+    builder = GraphBuilder("einsum", "float32")
+    b = builder.constant(rng.standard_normal(b_shape)) if b_constant else builder.input("b", b_shape)
+    shape = np.einsum(equation, np.zeros(a_shape), np.zeros(b_shape)).shape
+    graph = builder.graph([builder.op("Einsum", [builder.input("a", a_shape), b], shape, equation=equation)])
+    lowered = einsums_as_matmuls(graph)
+    assert [node.op_type for node in lowered.nodes] == ops
+    feeds = {name: rng.standard_normal(graph.values[name].shape).astype(np.float32) for name in graph.inputs}
+    np.testing.assert_allclose(run_graph(lowered, feeds)[graph.outputs[0]], run_graph(graph, feeds)[graph.outputs[0]],
+                               rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("equation, shapes", [("ij,jk", ((2, 3), (3, 4))), ("i...,i...->i", ((2, 3), (2, 3))),
+                                              ("ii,ij->ij", ((3, 3), (3, 4))), ("ij,jk->i", ((2, 3), (3, 4)))])
+def test_an_einsum_matmul_cannot_express_stays(equation: str, shapes: tuple[tuple[int, ...], ...]) -> None:
+    """No output given, an ellipsis, a repeated letter (a diagonal), a letter summed out of one operand."""
+    builder = GraphBuilder("einsum", "float32")
+    inputs = [builder.input(f"x{index}", shape) for index, shape in enumerate(shapes)]
+    graph = builder.graph([builder.op("Einsum", inputs, (2,), equation=equation)])
+    assert einsums_as_matmuls(graph) is graph
+
+
+def test_attention_written_with_einsums_is_one_attention_task() -> None:
+    """A hand-written attention block: scores by 'bhqd,bhkd->bhqk', softmax, 'bhqk,bhkd->bhqd'."""
+    b, h, s, d = 2, 3, 10, 16
+    builder = GraphBuilder("einsum_attention", "float32")
+    q, k, v = (builder.input(name, (b, h, s, d)) for name in "qkv")
+    scores = builder.op("Einsum", [q, k], (b, h, s, s), equation="bhqd,bhkd->bhqk")
+    scaled = builder.op("Mul", [scores, builder.constant(d ** -0.5)], (b, h, s, s))
+    probs = builder.op("Softmax", [scaled], (b, h, s, s), axis=-1)
+    graph = builder.graph([builder.op("Einsum", [probs, v], (b, h, s, d), equation="bhqk,bhkd->bhqd")])
+    _, tasks = backend_tasks(graph, get_backend(load_target("h200")))
+    assert [task.kind for task in tasks] == ["attention"]
