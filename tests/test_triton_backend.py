@@ -47,11 +47,15 @@ SAMPLE_TRIES = 300
 # GPU-sized tasks: nothing runs, so shapes can be what a model has (fp32 for the tf32 variants).
 TASKS: dict[str, list[Task]] = {
     "gemm": [synthetic.gemm_task(512, 768, 384, "float16", bias=True, activation="silu", gate=True),  # SwiGLU
-             synthetic.gemm_task(4, 1024, 768, "float32", trans_b=True, bias=True),
+             synthetic.gemm_task(4, 1024, 768, "float32", trans_b=True, bias=True, activation="relu_squared"),
              synthetic.gemm_task(3000, 1000, 777, "float16", trans_b=True)],  # rows TMA cannot read in place
     "bmm": [synthetic.bmm_task(12, 128, 128, 64, "float16"), synthetic.bmm_task(4, 96, 80, 64, "float32")],
-    "attention": [synthetic.attention_task(2, 8, 256, 64, "float16", mask=True, causal=True),
-                  synthetic.attention_task(4, 8, 4, 128, "float16", seq_kv=4096, k_transposed=True),
+    # first: the flash kernels cross-compile their widest path, values wider than keys (LeViT's) with a
+    # mask and causal (attention_pingpong refuses two head dims and compiles the next task)
+    "attention": [synthetic.attention_task(2, 8, 196, 32, "float16", mask=True, causal=True, value_dim=64),
+                  synthetic.attention_task(2, 8, 256, 64, "float16", mask=True, causal=True),
+                  # a decoding-sized step (attention_splitkv's), its values narrower than its keys (MLA's shape)
+                  synthetic.attention_task(4, 8, 4, 128, "float16", seq_kv=4096, k_transposed=True, value_dim=64),
                   synthetic.attention_task(32, 12, 128, 64, "float16", k_transposed=True, mask=True,
                                            packed_heads=True),
                   synthetic.attention_task(1, 12, 197, 64, "float32", mask=True),  # ViT's, fp32
@@ -62,9 +66,10 @@ TASKS: dict[str, list[Task]] = {
                synthetic.conv2d_task(32, 64, 56, 56, 64, 3, 3, "float16", pad=1, residual=True, activation="relu",
                                      nhwc=True)],
     "softmax": [synthetic.softmax_task(512, 1000, "float16")],
-    "layernorm": [synthetic.layernorm_task(512, 768, "float16")],
-    "rmsnorm": [synthetic.rmsnorm_task(512, 4096, "float16")],
-    "rotary": [synthetic.rotary_task(4, 32, 512, 64, "float16", packed_heads=True)],  # LLaMA's q heads
+    "layernorm": [synthetic.layernorm_task(512, 768, "float16", residual=True)],  # post-norm residuals
+    "rmsnorm": [synthetic.rmsnorm_task(512, 4096, "float16", residual=True)],
+    # LLaMA's q heads, the angles in float32 (OLMo 2's)
+    "rotary": [synthetic.rotary_task(4, 32, 512, 64, "float16", packed_heads=True, angles_dtype="float32")],
     "reduce": [synthetic.reduce_task((64, 128, 96), "float16", "mean", (2,))],
     "pool": [synthetic.pool_task(4, 64, 56, 56, "max", 3, 2, 1, "float16"),
              synthetic.pool_task(4, 512, 7, 7, "global_avg", dtype="float16")],
