@@ -1493,12 +1493,12 @@ def partition(graph: Graph, fold_attention_transposes: bool = False, share_kv_he
 def backend_tasks(graph: Graph, backend: Backend) -> tuple[Graph, list[Task]]:
     """The graph as the backend runs it and its tasks: the one way the tuner, the runtime and the
     CLI see a model, so a pack's keys name the tasks a later run makes. The graph: two-operand
-    Einsums as MatMuls between views; zero Pads folded
-    into the convs they feed; 1-D convs as 2-D ones; per-column affines folded into their
-    projections; a parallel block's residual sum regrouped; channels-last where the backend's
-    conv_layout is NHWC; a chain of Transposes and Reshapes that only reshapes as one Reshape; a projection
-    whose columns are cut into parts as one projection per part (rewrites.py), except where a task
-    reads the cut in place (the Slices of a partial rotary task)."""
+    Einsums as MatMuls between views; zero Pads folded into the convs they feed; 1-D convs as 2-D
+    ones; per-column affines folded into their projections; a parallel block's residual sum
+    regrouped; channels-last where the backend's conv_layout is NHWC; a chain of Transposes and
+    Reshapes that only reshapes as one Reshape; a projection whose columns are cut into parts as
+    one projection per part (rewrites.py), except where a task reads the cut in place (the Slices
+    of a partial rotary task)."""
     graph = reassociate_residuals(fold_column_affines(conv1d_as_2d(fold_pads_into_convs(einsums_as_matmuls(graph)))))
     if backend.conv_layout == "NHWC":
         graph = channels_last(graph)

@@ -261,8 +261,6 @@ def _fold_affines(graph: Graph, plans: dict[int, tuple[list[Node], np.ndarray | 
         product, rest = chain[0], chain[1:]
         bias_add = rest[0] if rest and rest[0].op_type == "Add" else None
         views = rest[1:] if bias_add is not None else rest
-        n = graph.values[product.outputs[0]].shape[-1]
-        column_scale = np.ones(n) if scale is None else scale
         tag = affine.name or affine.outputs[0]
 
         def constant(array: np.ndarray, like: str, label: str) -> str:
@@ -272,10 +270,16 @@ def _fold_affines(graph: Graph, plans: dict[int, tuple[list[Node], np.ndarray | 
             return name
 
         def affined(name: str, on_rows: bool = False, shifted: bool = False) -> str:
-            """A weight's columns (rows where on_rows) or a bias scaled; shifted, the bias the shift joins."""
+            """A weight's columns (rows where on_rows) or a bias scaled; shifted, the bias the shift
+            joins. The constant itself where neither touches it: a shift alone leaves the weight as
+            it is (no copy of it)."""
+            moved = shifted and shift is not None
+            if scale is None and not moved:
+                return name
             array = graph.constants[name].astype(np.float64)
-            array = array * (column_scale[:, None] if on_rows else column_scale)
-            return constant(array + shift if shifted and shift is not None else array, name, f"affined_{name}")
+            if scale is not None:
+                array = array * (scale[:, None] if on_rows else scale)
+            return constant(array + shift if moved else array, name, f"affined_{name}")
 
         weight = product.inputs[1]
         transposed = product.op_type == "Gemm" and bool(product.attrs.get("transB", 0))  # (N, K): scale its rows

@@ -266,8 +266,8 @@ def rmsnorm_task(rows: int, cols: int, dtype: str = "float32", eps: float = 1e-6
 
 
 def _onnx_dtype(name: str) -> int:
-    """A Cast's `to` for a dtype name (bfloat16 too)."""
-    return helper.np_dtype_to_tensor_dtype(np.dtype(ml_dtypes.bfloat16 if name == "bfloat16" else name))
+    """A Cast's `to` for a dtype name (bfloat16 too: ml_dtypes, imported, gives numpy the name)."""
+    return helper.np_dtype_to_tensor_dtype(np.dtype(name))
 
 
 def rotary_graph(batch: int, heads: int, seq: int, dim: int, dtype: str = "float32", *,
