@@ -34,7 +34,7 @@ TO_NCHW = (0, 3, 1, 2)  # NHWC -> NCHW, and OHWI -> OIHW
 
 NHWC_OPS = {"Conv": "NhwcConv", "MaxPool": "NhwcMaxPool", "AveragePool": "NhwcAveragePool",
             "GlobalAveragePool": "NhwcGlobalAveragePool", "GlobalMaxPool": "NhwcGlobalMaxPool",
-            "BatchNormalization": "NhwcBatchNormalization"}
+            "BatchNormalization": "NhwcBatchNormalization", "GroupNormalization": "NhwcGroupNormalization"}
 ONNX_OF = {nhwc: onnx for onnx, nhwc in NHWC_OPS.items()}
 # the inputs of each layout op that are in NHWC (OHWI for the weight); the others (bias, BN's
 # per-channel parameters) are laid out as in ONNX

@@ -9,6 +9,7 @@ backend times it on its own buffers.
 """
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -60,8 +61,14 @@ def subgraph_model(nodes: Sequence[Node], inputs: Mapping[str, TensorSpec], outp
     read = {value for node in nodes for value in node.inputs if value}
     initializers = [numpy_helper.from_array(np.asarray(value), key)
                     for key, value in constants.items() if key in read and key not in inputs]
+    protos = [node_proto(node) for node in nodes]
+    seen: Counter[str] = Counter()
+    for proto in protos:  # a reference of several steps under one node's name (partition.py): unique here
+        seen[proto.name] += 1
+        if seen[proto.name] > 1:
+            proto.name = f"{proto.name}#{seen[proto.name] - 1}"
     graph = helper.make_graph(
-        [node_proto(node) for node in nodes], name,
+        protos, name,
         [_value_info(key, spec) for key, spec in inputs.items()],
         [_value_info(key, spec) for key, spec in outputs.items()],
         initializer=initializers,

@@ -36,8 +36,11 @@ Patterns (kinds and kernel signatures are in tasks.py):
   The NHWC ops of layout.py (NhwcConv, NhwcBatchNormalization, the Nhwc pools: a backend with
   conv_layout "NHWC") match as conv2d and pool with attrs["layout"] = "nhwc" (tasks.py).
   layernorm   LayerNormalization (last axis), or ReduceMean -> Sub -> Pow 2 | Mul(d,d) -> ReduceMean
-              -> Add eps -> Sqrt -> Div | Reciprocal*x -> Mul gamma -> Add beta, or
-              InstanceNormalization of (N, G, L) with scale 1 and bias 0 (torch's GroupNorm export)
+              -> Add eps -> Sqrt -> Div | Reciprocal*x -> Mul gamma -> Add beta
+  groupnorm   Reshape to (N, G, L) -> InstanceNormalization (scale 1, bias 0) -> Reshape back (torch's
+              GroupNorm export), InstanceNormalization of (N, C, ...), or GroupNormalization; then
+              Mul and Add/Sub by per-channel constants (the affine) -> [activation]
+              (rewrites.group_norm_at; on a channels-last graph its NHWC op, attrs["layout"])
   rmsnorm     Pow 2 | Mul(x,x) -> ReduceMean -> Add eps -> Sqrt -> Div | Reciprocal*x -> Mul gamma
               (both norms: the scale may follow a Cast that keeps the dtype, as transformers writes;
               a norm computed in a wider float, its input cast up and the result cast back, is a
@@ -62,7 +65,8 @@ A two-input Sum counts as an Add (older exports' residual adds).
 
 Every task's nodes are in graph order and are the graph's own nodes (same names), except that a
 folded conv task runs a new Conv (the conv's name, folded weights) and an Identity in the place of
-each folded node (BN, per-channel scale or shift);
+each folded node (BN, per-channel scale or shift), and a groupnorm task runs opset-13 steps under the
+names of the nodes it replaces (the last one's on the steps past them);
 so a runtime that skips a task's nodes by name and runs its kernel at the last one is correct.
 
 Elementwise expressions (attrs["expr"]) are a tuple of steps; step i defines "t{i}", the last step
@@ -77,7 +81,7 @@ FLOPs (documented estimates; the roofline uses them):
   gemm 2*M*N*K + per output element: bias 1, residual 1, activation ACTIVATION_FLOPS
   bmm 2*B*M*N*K (+1 per output element when scaled); attention 4*B*H*S*Sk*D
   conv2d 2*N*OC*OH*OW*(C/g)*KH*KW + the same epilogue as gemm; pool OH*OW*KH*KW per plane
-  softmax 5, layernorm 8, rmsnorm 6 per element; reduce 1 per input element;
+  softmax 5, layernorm 8, rmsnorm 6, groupnorm 8 (+ its activation's) per element; reduce 1 per input element;
   elementwise 1 per step per output element.
 min_bytes: every input read once plus every output written once, at their dtypes.
 """
@@ -94,8 +98,8 @@ import numpy as np
 from .executor import _explicit_pads, one_axis_cut
 from .ir import Graph, Node, TensorSpec, connected_groups
 from .layout import NHWC_OPS, ONNX_OF, channels_last, conv1d_as_2d, is_channels_last
-from .rewrites import (collapse_layout_chains, einsums_as_matmuls, fold_column_affines, fold_pads_into_convs,
-                       reassociate_residuals, split_projections)
+from .rewrites import (GroupNorm, collapse_layout_chains, einsums_as_matmuls, fold_column_affines, fold_pads_into_convs,
+                       group_norm_at, group_norms_as_ops, reassociate_residuals, split_projections)
 from .tasks import EXPRESSION_ACTIVATIONS, FLOAT_DTYPES, Task, freeze_attrs
 
 if TYPE_CHECKING:
@@ -1034,24 +1038,62 @@ def _match_layernorm_op(ctx: _Context, node: Node) -> _Match | None:
     return _norm_match(ctx, "layernorm", x, [node, *narrowed], eps, out, list(node.inputs[1:3]))
 
 
-def _match_instance_norm(ctx: _Context, node: Node) -> _Match | None:
-    """InstanceNormalization of a (N, G, L) value with scale 1 and bias 0: torch's export of
-    GroupNorm (a Reshape to groups before it, the per-channel affine after: wav2vec2's and HuBERT's
-    feature extractors, PoolFormer) normalizes each row of L values, a layernorm with a weight of
-    ones and a bias of zeros. Its reference runs as LayerNormalization, an op from opset 17."""
-    x = node.inputs[0]
-    scale, shift = (ctx.graph.constants.get(name) for name in node.inputs[1:3])
-    if len(ctx.shape(x)) != 3 or ctx.graph.opset < 17 or scale is None or shift is None \
-            or np.any(scale != 1) or np.any(shift != 0):
+def _match_group_norm(ctx: _Context, node: Node) -> _Match | None:
+    """A group normalization (rewrites.group_norm_at; on the channels-last graph its NHWC op) and the
+    activation after it (Stable Diffusion's GroupNorm -> SiLU): one pass that reads x and writes the
+    output, its statistics per sample and group, its affine per channel. The reference runs it as
+    ops every opset-17 runtime has (its NHWC op runs as its ONNX op on permuted views)."""
+    if is_channels_last(node):
+        scale, shift = (ctx.graph.constants.get(name) for name in node.inputs[1:3])
+        if scale is None or shift is None:
+            return None
+        norm: GroupNorm | None = GroupNorm([node], node.inputs[0], node.outputs[0], int(node.attrs["num_groups"]),
+                                           float(node.attrs.get("epsilon", 1e-5)), scale, shift)
+    else:
+        norm = group_norm_at(ctx.graph, ctx.producer, ctx.sole_user, node)
+    if norm is None or not ctx.is_float(norm.x):
         return None
-    row, dtype, eps = ctx.shape(x)[-1], ctx.spec(x).dtype, node.attrs.get("epsilon", 1e-5)
-    prefix = f"{node.name or node.outputs[0]}::as_layernorm"
-    params = [f"{prefix}_weight", f"{prefix}_bias"]
-    match = _norm_match(ctx, "layernorm", x, [node], eps, node.outputs[0], params)
-    match.folded = {params[0]: np.ones(row, dtype), params[1]: np.zeros(row, dtype)}
-    as_layernorm = Node(node.name, "LayerNormalization", [x, *params], list(node.outputs), {"axis": -1, "epsilon": eps})
-    match.nodes = [as_layernorm, *match.covers[1:]]  # and a post-norm's residual add
+    x, spec = norm.x, ctx.spec(norm.x)
+    activation, region, out = _match_activation(ctx, norm.out)
+    prefix = f"{node.name or node.outputs[0]}::group_norm"
+    params = [f"{prefix}_scale", f"{prefix}_shift"]
+    folded = {name: array.astype(spec.dtype) for name, array in zip(params, (norm.scale, norm.shift))}
+    if is_channels_last(node):
+        reference = [Node(node.name, node.op_type, [x, *params], [norm.out], dict(node.attrs), node.domain)]
+    else:
+        reference, constants = _group_norm_nodes(prefix, x, params, norm.out, spec.shape, norm.groups, norm.eps)
+        # under the names of the nodes it replaces, the last one's on the rest: a runtime knows a task's
+        # nodes, and where it runs, by name
+        names = [covered.name for covered in norm.nodes]
+        reference = [Node(names[min(index, len(names) - 1)], step.op_type, step.inputs, step.outputs, step.attrs)
+                     for index, step in enumerate(reference)]
+        folded.update({name: array.astype(spec.dtype) if array.dtype.kind == "f" else array
+                       for name, array in constants.items()})
+    attrs = {"groups": norm.groups, "eps": canonical_float(norm.eps), "activation": activation, **_layout_attr(node)}
+    match = _Match("groupnorm", norm.nodes + region, [x, *params], out, attrs,
+                   (8 + ACTIVATION_FLOPS[activation]) * spec.numel, nodes=reference + region)
+    match.folded = folded
     return match
+
+
+def _group_norm_nodes(prefix: str, x: str, params: list[str], out: str, shape: tuple[int, ...], groups: int,
+                      eps: float) -> tuple[list[Node], dict[str, np.ndarray]]:
+    """A group norm with its affine per channel as opset-17 ops (what torch exports), and their constants."""
+    channel_view = (shape[1],) + (1,) * (len(shape) - 2)
+    constants = {f"{prefix}_grouped_shape": np.array([shape[0], groups, -1], np.int64),
+                 f"{prefix}_shape": np.array(shape, np.int64), f"{prefix}_channel_view": np.array(channel_view, np.int64),
+                 f"{prefix}_ones": np.ones(groups, np.float32), f"{prefix}_zeros": np.zeros(groups, np.float32)}
+    grouped, normed, ungrouped, scale_view, scaled, shift_view = (
+        f"{prefix}_{step}" for step in ("grouped", "normed", "ungrouped", "scale_view", "scaled", "shift_view"))
+    nodes = [Node(grouped, "Reshape", [x, f"{prefix}_grouped_shape"], [grouped]),
+             Node(normed, "InstanceNormalization", [grouped, f"{prefix}_ones", f"{prefix}_zeros"], [normed],
+                  {"epsilon": eps}),
+             Node(ungrouped, "Reshape", [normed, f"{prefix}_shape"], [ungrouped]),
+             Node(scale_view, "Reshape", [params[0], f"{prefix}_channel_view"], [scale_view]),
+             Node(scaled, "Mul", [ungrouped, scale_view], [scaled]),
+             Node(shift_view, "Reshape", [params[1], f"{prefix}_channel_view"], [shift_view]),
+             Node(out, "Add", [scaled, shift_view], [out])]
+    return nodes, constants
 
 
 def _match_softmax(ctx: _Context, node: Node) -> _Match | None:
@@ -1384,7 +1426,8 @@ _ANCHORS: dict[str, Callable[[_Context, Node], _Match | None]] = {
     "AveragePool": _match_pool,
     "GlobalAveragePool": _match_pool,
     "LayerNormalization": _match_layernorm_op,
-    "InstanceNormalization": _match_instance_norm,
+    "InstanceNormalization": _match_group_norm,
+    "GroupNormalization": _match_group_norm,
     "ReduceMean": lambda ctx, node: _match_layernorm_primitive(ctx, node) or _match_reduce(ctx, node),
     "ReduceSum": _match_reduce,
     "ReduceMax": _match_reduce,
@@ -1500,8 +1543,8 @@ def backend_tasks(graph: Graph, backend: Backend) -> tuple[Graph, list[Task]]:
     one projection per part (rewrites.py), except where a task reads the cut in place (the Slices
     of a partial rotary task)."""
     graph = reassociate_residuals(fold_column_affines(conv1d_as_2d(fold_pads_into_convs(einsums_as_matmuls(graph)))))
-    if backend.conv_layout == "NHWC":
-        graph = channels_last(graph)
+    if backend.conv_layout == "NHWC":  # (its glue is torch's and the executor's, not onnxruntime's)
+        graph = channels_last(group_norms_as_ops(graph))
     graph = collapse_layout_chains(graph)
     options = dict(fold_attention_transposes=backend.folds_attention_transposes,
                    share_kv_heads=backend.shares_kv_heads, fuse_rotary=backend.fuses_rotary)

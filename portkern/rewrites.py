@@ -739,3 +739,126 @@ def _part_nodes(graph: Graph, chain: _Projection, part: _Part, tag: str, declare
             perm = [axis - (axis > cut_axis) for axis in perm if axis != cut_axis]
         made(replace(chain.transpose, attrs={**chain.transpose.attrs, "perm": perm}), [value], out_spec.shape, True)
     return nodes
+
+
+@dataclass
+class GroupNorm:
+    """A group normalization as a graph writes it, its affine per channel (C,) in float64."""
+
+    nodes: list[Node]  # what computes it, in graph order
+    x: str  # (N, C, spatial...)
+    out: str
+    groups: int
+    eps: float
+    scale: np.ndarray
+    shift: np.ndarray
+
+
+def group_norm_at(graph: Graph, producer: dict[str, Node], sole_reader: Callable[[str], Node | None],
+                  node: Node) -> GroupNorm | None:
+    """The group normalization that `node` (a GroupNormalization or an InstanceNormalization) is the
+    heart of, with the per-channel Mul and Add after it: torch's export of GroupNorm (a Reshape to
+    (N, G, L), an InstanceNormalization with scale 1 and bias 0, a Reshape back, then the affine:
+    Stable Diffusion's UNet and VAE, BiT, PoolFormer, wav2vec2's feature extractor), an
+    InstanceNormalization of (N, C, ...) (a group per channel) or the GroupNormalization op (its
+    opset-18 scale per group spread over the group's channels). `sole_reader(value)`: the one node
+    that reads an intermediate value, else None. None where `node` is none of these."""
+    if node.domain not in ("", "ai.onnx") or len(node.inputs) < 3:
+        return None
+    x, out = node.inputs[0], node.outputs[0]
+    scale, shift = (graph.constants.get(name) for name in node.inputs[1:3])
+    eps = float(node.attrs.get("epsilon", 1e-5))
+    if scale is None or shift is None or graph.values[x].dtype not in FLOAT_DTYPES:
+        return None
+    nodes = [node]
+    if node.op_type == "GroupNormalization":
+        shape, groups = graph.values[x].shape, int(node.attrs["num_groups"])
+        if len(shape) < 3 or shape[1] % groups or scale.size not in (groups, shape[1]):
+            return None
+        spread = shape[1] // groups if scale.size == groups else 1
+        scale, shift = np.repeat(scale.reshape(-1), spread), np.repeat(shift.reshape(-1), spread)
+    elif node.op_type == "InstanceNormalization":
+        grouped = producer.get(x)
+        back = sole_reader(out)
+        if grouped is not None and grouped.op_type == "Reshape" and back is not None and back.op_type == "Reshape" \
+                and sole_reader(x) is node and graph.values[back.outputs[0]].shape == graph.values[grouped.inputs[0]].shape:
+            # torch's GroupNorm: the groups are the middle axis of the (N, G, L) view
+            shape, (batch, groups, _) = graph.values[grouped.inputs[0]].shape, graph.values[x].shape
+            if len(shape) < 3 or shape[0] != batch or shape[1] % groups or np.any(scale != 1) or np.any(shift != 0):
+                return None
+            x, out, nodes = grouped.inputs[0], back.outputs[0], [grouped, node, back]
+            scale, shift = np.ones(shape[1]), np.zeros(shape[1])
+        else:
+            shape = graph.values[x].shape
+            groups = shape[1] if len(shape) >= 3 else 0
+            if not groups or scale.size != groups:
+                return None
+    else:
+        return None
+    scale, shift = scale.astype(np.float64).reshape(-1), shift.astype(np.float64).reshape(-1)
+    for ops in (("Mul",), ("Add", "Sub")):  # the affine after the statistics, where it is one per channel
+        after = sole_reader(out)
+        factor = _per_channel(graph, after, out, ops)
+        if factor is None:
+            continue
+        if after.op_type == "Mul":
+            scale, shift = scale * factor, shift * factor
+        else:
+            shift = shift + factor if after.op_type == "Add" else shift - factor
+        nodes.append(after)
+        out = after.outputs[0]
+    return GroupNorm(nodes, x, out, groups, eps, scale, shift)
+
+
+def _per_channel(graph: Graph, node: Node | None, value: str, ops: tuple[str, ...]) -> np.ndarray | None:
+    """The (C,) operand of `node` where it is value (N, C, ...) op a constant that varies only along
+    the channels (or not at all): value * c, c * value, value + c, c + value, value - c."""
+    if node is None or node.op_type not in ops or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
+        return None
+    if node.op_type == "Sub" and node.inputs[0] != value:
+        return None
+    constant = graph.constants.get(node.inputs[1] if node.inputs[0] == value else node.inputs[0])
+    shape = graph.values[value].shape
+    if constant is None or constant.dtype.name not in FLOAT_DTYPES or constant.ndim > len(shape) \
+            or graph.values[node.outputs[0]].shape != shape:
+        return None
+    padded = constant.reshape((1,) * (len(shape) - constant.ndim) + constant.shape)
+    if any(size != 1 for axis, size in enumerate(padded.shape) if axis != 1) or padded.shape[1] not in (1, shape[1]):
+        return None
+    return np.broadcast_to(padded.astype(np.float64).reshape(-1), (shape[1],))
+
+
+def group_norms_as_ops(graph: Graph) -> Graph:
+    """Every group normalization (group_norm_at) as one GroupNormalization node with its affine per
+    channel, so the channels-last rewrite can carry it in NHWC (its stretch would otherwise end at
+    torch's Reshape to groups, with a Transpose each side). Only for graphs whose glue is not
+    onnxruntime's: an opset-17 model has no GroupNormalization op there. The graph itself where there
+    is none."""
+    consumers, producer = graph.consumers(), graph.producer()
+    found: dict[int, GroupNorm] = {}  # id(first node) -> the norm
+    covered: set[int] = set()
+    for node in graph.nodes:
+        if id(node) in covered:
+            continue
+        norm = group_norm_at(graph, producer, lambda value: _sole_consumer(graph, consumers, value), node)
+        if norm is not None:
+            found[id(norm.nodes[0])] = norm
+            covered.update(id(member) for member in norm.nodes)
+    if not found:
+        return graph
+    nodes: list[Node] = []
+    constants, values = dict(graph.constants), dict(graph.values)
+    for node in graph.nodes:
+        if id(node) in found:
+            norm = found[id(node)]
+            name = norm.nodes[-1].name or norm.out
+            params = []
+            for part, array in (("scale", norm.scale), ("shift", norm.shift)):
+                constants[f"{name}::{part}"] = array.astype(graph.values[norm.x].dtype)
+                values[f"{name}::{part}"] = TensorSpec(array.shape, graph.values[norm.x].dtype)
+                params.append(f"{name}::{part}")
+            nodes.append(Node(name, "GroupNormalization", [norm.x, *params], [norm.out],
+                              {"num_groups": norm.groups, "epsilon": norm.eps}))
+        elif id(node) not in covered:
+            nodes.append(node)
+    return with_nodes(graph, nodes, values, constants)

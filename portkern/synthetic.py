@@ -265,6 +265,36 @@ def rmsnorm_task(rows: int, cols: int, dtype: str = "float32", eps: float = 1e-6
     return builder.task(_post_norm_residual(builder, normed, residual))
 
 
+def groupnorm_task(n: int, c: int, spatial: Sequence[int], groups: int, dtype: str = "float32", *,
+                   eps: float = 1e-5, activation: str = "none", form: str = "torch", nhwc: bool = False) -> Task:
+    """GroupNorm of x (N, C, *spatial) [then an activation], written as `form` says: "torch" (its
+    export: Reshape to (N, G, -1), InstanceNormalization with scale 1 and bias 0, Reshape back, Mul
+    and Add by (C, 1, ...) weights) or "op" (the GroupNormalization op, opset 21); nhwc: the
+    channels-last graph's op on (N, H, W, C) buffers. gamma and beta are constants drawn here, as a
+    model's weights are."""
+    builder = GraphBuilder("groupnorm", dtype)
+    rng = np.random.default_rng(0)
+    gamma, beta = 1.0 + 0.1 * rng.standard_normal(c), 0.1 * rng.standard_normal(c)
+    shape = (n, c, *spatial)
+    if nhwc or form == "op":
+        op_type, domain = _layout_op("GroupNormalization", nhwc)
+        out_shape = _layout(shape, True) if nhwc else shape
+        y = builder.op(op_type, [builder.input("x", out_shape), builder.constant(gamma), builder.constant(beta)],
+                       out_shape, domain=domain, num_groups=groups, epsilon=float(eps))
+        return builder.task(_activation(builder, y, activation), opset=21)
+    if form != "torch":
+        raise SyntheticTaskError(f"unknown group norm form '{form}' (torch or op)")
+    x = builder.input("x", shape)
+    grouped = builder.op("Reshape", [x, builder.constant([n, groups, -1], "int64")], (n, groups, math.prod(shape) // (n * groups)))
+    normed = builder.op("InstanceNormalization", [grouped, builder.constant(np.ones(groups)), builder.constant(np.zeros(groups))],
+                        builder.values[grouped].shape, epsilon=float(eps))
+    y = builder.op("Reshape", [normed, builder.constant(shape, "int64")], shape)
+    channel_view = (c,) + (1,) * len(spatial)
+    y = builder.op("Mul", [y, builder.constant(gamma.reshape(channel_view))], shape)
+    y = builder.op("Add", [y, builder.constant(beta.reshape(channel_view))], shape)
+    return builder.task(_activation(builder, y, activation))
+
+
 def _onnx_dtype(name: str) -> int:
     """A Cast's `to` for a dtype name (bfloat16 too: ml_dtypes, imported, gives numpy the name)."""
     return helper.np_dtype_to_tensor_dtype(np.dtype(name))

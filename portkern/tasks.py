@@ -33,6 +33,9 @@ Kinds and their kernel signatures (inputs in this order; graph layouts, kernels 
   rmsnorm    x (...,N), gamma (N,), [residual (...,N)] -> (...,N)               attrs: eps, [residual]
              out = norm(x) * gamma [+ beta] [+ residual]: a residual added after the norm (a
              post-norm block, x + norm(f(x))) is read with the output's indices
+  groupnorm  x (N,C,...), gamma (C,), beta (C,) -> x's shape     attrs: groups, eps, activation, [layout]
+             out = act(norm(x) * gamma + beta), the statistics over each sample's group of C/groups
+             channels (and every position), the affine per channel; [layout "nhwc": x (N,H,W,C)]
   elementwise  in0..inK (broadcastable) -> out                 attrs: expr (see partition.py)
   reduce     x -> y                                            attrs: op (sum|mean|max|min), axes, keepdims
   conv2d     x (N,C,H,W), w (OC,C/g,KH,KW), [bias (OC,)], [residual] -> (N,OC,OH,OW)
@@ -55,7 +58,7 @@ import onnx
 
 from .ir import Node, TensorSpec
 
-KINDS = ("gemm", "bmm", "attention", "softmax", "layernorm", "rmsnorm", "elementwise",
+KINDS = ("gemm", "bmm", "attention", "softmax", "layernorm", "rmsnorm", "groupnorm", "elementwise",
          "reduce", "conv2d", "pool", "rotary")
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")

@@ -124,7 +124,7 @@ def _values(rng: np.random.Generator, size: int, dtype: np.dtype, distribution: 
     if distribution == "large":
         if kind in ("softmax", "attention"):
             values = values * 30.0
-        elif kind in ("layernorm", "rmsnorm"):
+        elif kind in ("layernorm", "rmsnorm", "groupnorm"):
             values = values * 20.0 + 50.0
         else:
             values = values + 0.5

@@ -119,6 +119,35 @@ def test_squeeze_excite_stays_channels_last() -> None:
     _same_outputs(graph, nhwc)
 
 
+def test_group_norms_run_channels_last_between_convolutions() -> None:
+    """Stable Diffusion's ResNet block: conv -> GroupNorm (torch's export: Reshape to groups,
+    InstanceNormalization, Reshape back, the per-channel Mul and Add) -> SiLU -> conv. On a
+    channels-last backend the group norm is one op (rewrites.group_norms_as_ops) the stretch carries:
+    one Transpose in and one out, three NHWC tasks, and the graph means the same."""
+    rng = np.random.default_rng(2)
+    b = GraphBuilder("resnet_block", "float32")
+    shape = (2, 8, 6, 5)
+    conv = b.op("Conv", [b.input("x", shape), b.constant(rng.standard_normal((8, 8, 3, 3)))], shape,
+                kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    grouped = b.op("Reshape", [conv, b.constant(np.array([2, 4, -1]), "int64")], (2, 4, 60))
+    normed = b.op("InstanceNormalization", [grouped, b.constant(np.ones(4)), b.constant(np.zeros(4))], (2, 4, 60))
+    back = b.op("Reshape", [normed, b.constant(np.array(shape), "int64")], shape)
+    affine = b.op("Add", [b.op("Mul", [back, b.constant(rng.standard_normal((8, 1, 1)))], shape),
+                          b.constant(rng.standard_normal((8, 1, 1)))], shape)
+    silu = b.op("Mul", [affine, b.op("Sigmoid", [affine], shape)], shape)
+    out = b.op("Conv", [silu, b.constant(rng.standard_normal((4, 8, 1, 1)))], (2, 4, 6, 5), kernel_shape=[1, 1])
+    graph = b.graph([out])
+    rewritten, tasks = backend_tasks(graph, get_backend(load_target("h200")))
+    assert [(task.kind, task.attr("layout")) for task in tasks] == [
+        ("conv2d", "nhwc"), ("groupnorm", "nhwc"), ("conv2d", "nhwc")]
+    assert (tasks[1].attr("groups"), tasks[1].attr("activation")) == (4, "silu")
+    assert [node.op_type for node in rewritten.nodes].count("Transpose") == 2
+    _same_outputs(graph, rewritten, rtol=1e-5)
+    _, cpu_tasks = backend_tasks(graph, get_backend(load_target("cpu")))  # NCHW: torch's nodes, one task
+    assert [(task.kind, task.attr("layout")) for task in cpu_tasks] == [
+        ("conv2d", None), ("groupnorm", None), ("conv2d", None)]
+
+
 def test_a_graph_without_convolutions_is_left_as_it_is() -> None:
     b = GraphBuilder("pool_only", "float32")
     graph = b.graph([b.op("MaxPool", [b.input("x", (1, 2, 4, 4))], (1, 2, 2, 2), kernel_shape=[2, 2],

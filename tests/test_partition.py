@@ -406,28 +406,60 @@ def test_squared_relu_after_a_projection_is_its_epilogue() -> None:
     np.testing.assert_allclose(got, values[up_task.output_names[0]], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("opset, layernorm", [(17, True), (13, False)])
-def test_group_norm_as_torch_exports_it_is_a_layernorm_of_each_group(opset: int, layernorm: bool) -> None:
-    """GroupNorm: a Reshape to (N, G, C/G * H * W), InstanceNormalization with scale 1 and bias 0, a
-    Reshape back and the per-channel affine. The normalization is a layernorm task over the groups'
-    rows (its reference a LayerNormalization, from opset 17); the affine an elementwise task."""
-    rng = np.random.default_rng(4)
+def _group_norm_graph(form: str, opset: int, rng: np.random.Generator) -> Graph:
+    """GroupNorm of (2, 6, 5, 5) in 3 groups then SiLU, as `form` writes it: torch's export (a
+    Reshape to (N, G, C/G * H * W), InstanceNormalization with scale 1 and bias 0, a Reshape back,
+    the affine as a Mul and an Add by (C, 1, 1) weights), the GroupNormalization op (its opset-18
+    scale per group, its opset-21 scale per channel), or an InstanceNormalization of 6 groups with
+    its own scale and a second per-channel Mul after it."""
     b = GraphBuilder("group_norm", "float32")
-    x = b.input("x", (2, 6, 5, 5))
-    groups = b.op("Reshape", [x, b.constant(np.array([2, 3, -1]), "int64")], (2, 3, 50))
-    normed = b.op("InstanceNormalization", [groups, b.constant(np.ones(3)), b.constant(np.zeros(3))], (2, 3, 50),
-                  epsilon=1e-5)
-    back = b.op("Reshape", [normed, b.constant(np.array([2, 6, 5, 5]), "int64")], (2, 6, 5, 5))
-    out = b.op("Add", [b.op("Mul", [back, b.constant(rng.standard_normal((6, 1, 1)))], (2, 6, 5, 5)),
-                       b.constant(rng.standard_normal((6, 1, 1)))], (2, 6, 5, 5))
-    graph = b.graph([out], opset)
-    tasks = partition(graph)
-    assert [task.kind for task in tasks] == (["layernorm", "elementwise"] if layernorm else ["elementwise"])
+    shape = (2, 6, 5, 5)
+    x = b.input("x", shape)
+    if form == "torch":
+        grouped = b.op("Reshape", [x, b.constant(np.array([2, 3, -1]), "int64")], (2, 3, 50))
+        normed = b.op("InstanceNormalization", [grouped, b.constant(np.ones(3)), b.constant(np.zeros(3))],
+                      (2, 3, 50), epsilon=1e-5)
+        back = b.op("Reshape", [normed, b.constant(np.array(shape), "int64")], shape)
+        y = b.op("Add", [b.op("Mul", [back, b.constant(rng.standard_normal((6, 1, 1)))], shape),
+                         b.constant(rng.standard_normal((6, 1, 1)))], shape)
+    elif form == "op":
+        per = 3 if opset < 21 else 6
+        y = b.op("GroupNormalization", [x, b.constant(rng.standard_normal(per)), b.constant(rng.standard_normal(per))],
+                 shape, num_groups=3, epsilon=1e-5)
+    else:
+        normed = b.op("InstanceNormalization", [x, b.constant(rng.standard_normal(6)), b.constant(rng.standard_normal(6))],
+                      shape, epsilon=1e-5)
+        y = b.op("Mul", [b.constant(rng.standard_normal((1, 6, 1, 1))), normed], shape)
+    out = b.op("Mul", [y, b.op("Sigmoid", [y], shape)], shape)
+    return b.graph([out], opset)
+
+
+@pytest.mark.parametrize("form, opset", [("torch", 13), ("torch", 17), ("op", 18), ("op", 21), ("instance", 17)])
+def test_group_norm_is_one_task_with_its_affine_and_activation(form: str, opset: int) -> None:
+    """Each way a graph writes GroupNorm (_group_norm_graph) is one groupnorm task: statistics per
+    sample and group, the affine per channel (C,), the SiLU after it; its reference (opset-13 ops,
+    under the replaced nodes' names) computes what the graph computes."""
+    rng = np.random.default_rng(4)
+    graph = _group_norm_graph(form, opset, rng)
+    (task,) = partition(graph)
+    groups = 6 if form == "instance" else 3
+    assert (task.kind, task.attr("groups"), task.attr("activation")) == ("groupnorm", groups, "silu")
+    assert [spec.shape for spec in task.inputs] == [(2, 6, 5, 5), (6,), (6,)]
+    assert {node.name for node in task.nodes} == {node.name for node in graph.nodes}
     values = {**graph.constants, "x": (3 * rng.standard_normal((2, 6, 5, 5)) + 1).astype(np.float32)}
     run_nodes(graph.nodes, values, graph.opset)
-    for task in tasks:
-        got = task.reference([values.get(name, task.constants.get(name)) for name in task.input_names])[0]
-        np.testing.assert_allclose(got, values[task.output_names[0]], rtol=1e-5, atol=1e-5)
+    got = task.reference([values.get(name, task.constants.get(name)) for name in task.input_names])[0]
+    np.testing.assert_allclose(got, values[task.output_names[0]], rtol=1e-5, atol=1e-5)
+
+
+def test_instance_norm_of_groups_alone_normalizes_each_group() -> None:
+    """torch's Reshape to groups and InstanceNormalization with no Reshape back after it (the
+    grouped value is the graph's output): an instance norm of that (N, G, L) value, a group per row."""
+    b = GraphBuilder("groups_alone", "float32")
+    grouped = b.op("Reshape", [b.input("x", (2, 6, 5, 5)), b.constant(np.array([2, 3, -1]), "int64")], (2, 3, 50))
+    normed = b.op("InstanceNormalization", [grouped, b.constant(np.ones(3)), b.constant(np.zeros(3))], (2, 3, 50))
+    (task,) = partition(b.graph([normed]))
+    assert (task.kind, task.inputs[0].shape, task.attr("groups")) == ("groupnorm", (2, 3, 50), 3)
 
 
 def test_a_written_out_activation_is_its_one_step() -> None:

@@ -68,6 +68,8 @@ TASKS: dict[str, list[Task]] = {
     "softmax": [synthetic.softmax_task(512, 1000, "float16")],
     "layernorm": [synthetic.layernorm_task(512, 768, "float16", residual=True)],  # post-norm residuals
     "rmsnorm": [synthetic.rmsnorm_task(512, 4096, "float16", residual=True)],
+    # Stable Diffusion's GroupNorm -> SiLU at 64x64 latents, channels-last
+    "groupnorm": [synthetic.groupnorm_task(2, 320, (64, 64), 32, "float16", activation="silu", nhwc=True)],
     # LLaMA's q heads, the angles in float32 (OLMo 2's)
     "rotary": [synthetic.rotary_task(4, 32, 512, 64, "float16", packed_heads=True, angles_dtype="float32")],
     "reduce": [synthetic.reduce_task((64, 128, 96), "float16", "mean", (2,))],

@@ -30,7 +30,7 @@ from portkern.tasks import Task, freeze_attrs
 TARGET = load_target("h200")
 ON_GPU = torch.cuda.is_available()
 DEVICE = "cuda" if ON_GPU else "cpu"
-MEMORY_KINDS = ("softmax", "layernorm", "rmsnorm", "reduce", "pool", "rotary")
+MEMORY_KINDS = ("softmax", "layernorm", "rmsnorm", "groupnorm", "reduce", "pool", "rotary")
 VARIANTS = {v.name: v for v in builtin_variants() if v.kind in MEMORY_KINDS}
 TOLERANCE = {"float32": 1e-5, "float16": 2e-3}  # relative L2 error against the float64 reference
 DTYPES = tuple(TOLERANCE)
@@ -79,7 +79,23 @@ ROTARY_CASES = ((1, 1, 1, 2, False, False, None, False), (2, 3, 5, 8, False, Fal
                 (2, 3, 7, 24, True, True, None, True), (1, 2, 9, 24, False, False, 6, True))
 
 
+# group norms: (N, C, spatial, groups, graph form, channels last, activation, the variants that must
+# accept DEFAULT): torch's export and the op, a group per channel (1-D, wav2vec2's), one group
+# (PoolFormer's), NHWC, and groups long enough for DEFAULT's eight splits of 1024
+GROUPNORM_CASES = (
+    ((2, 12, (5, 7), 3), "torch", False, "none", {"groupnorm_looped"}),
+    ((1, 6, (9,), 6), "op", False, "silu", {"groupnorm_looped"}),
+    ((1, 32, (10, 13), 1), "torch", False, "none", {"groupnorm_looped"}),
+    ((2, 20, (6, 6), 4), "torch", True, "silu", {"groupnorm_looped"}),
+    ((1, 8, (40, 50), 2), "torch", False, "gelu", {"groupnorm_looped", "groupnorm_split"}),
+    ((2, 6, (45, 60), 2), "torch", True, "none", {"groupnorm_looped", "groupnorm_split"}),
+)
+
+
 def _cases(kind: str, dtype: str) -> list[tuple[Task, set[str]]]:
+    if kind == "groupnorm":
+        return [(synthetic.groupnorm_task(*args, dtype, form=form, nhwc=nhwc, activation=activation), names)
+                for args, form, nhwc, activation, names in GROUPNORM_CASES]
     if kind == "rotary":
         every = {name for name, v in VARIANTS.items() if v.kind == kind}
         # OLMo 2's float16 model: float32 cos and sin, x widened for the products and the sum cast back
@@ -174,13 +190,16 @@ def test_softmax_large_logits_stay_finite(name: str, dtype: str) -> None:
     _check(VARIANTS[name], task, dict(VARIANTS[name].default), seed=7, scale=50.0)
 
 
-def test_looped_layernorm_keeps_precision_with_a_large_mean() -> None:
-    """The chunked statistics merge (mean 1000, spread 1) must not lose fp32 precision like E[x^2]-E[x]^2."""
-    task = synthetic.layernorm_task(3, 3000, "float32")
+@pytest.mark.parametrize("kind", ["layernorm", "groupnorm"])
+def test_chunked_statistics_keep_precision_with_a_large_mean(kind: str) -> None:
+    """The chunked statistics merge (mean 1000, spread 1), and the merge of a group's split parts,
+    must not lose fp32 precision like E[x^2]-E[x]^2."""
+    task = (synthetic.layernorm_task(3, 3000, "float32") if kind == "layernorm"
+            else synthetic.groupnorm_task(1, 8, (40, 50), 2, "float32"))
     rng = np.random.default_rng(3)
     inputs = [(rng.standard_normal(spec.shape) + (1000.0 if i == 0 else 0.0)).astype(np.float32)
               for i, spec in enumerate(task.inputs)]
-    for name in ("layernorm_onepass", "layernorm_looped"):
+    for name in (v.name for v in VARIANTS.values() if v.kind == kind):
         got = _run(VARIANTS[name], task, dict(VARIANTS[name].default), inputs)
         assert _relative_error(got, task.reference(inputs)[0]) < 2e-4, name
 

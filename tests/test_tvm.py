@@ -212,6 +212,9 @@ OTHER_KINDS = {
     # a post-norm block's residual added after the norm (Gemma 2, OLMo 2)
     "layernorm_residual": lambda: synthetic.layernorm_task(37, 48, residual=True),
     "rmsnorm_residual": lambda: synthetic.rmsnorm_task(37, 48, residual=True),
+    # GroupNorm -> SiLU as torch exports it, and a group per channel over a 1-D signal (wav2vec2's)
+    "groupnorm_silu": lambda: synthetic.groupnorm_task(2, 12, (5, 8), 3, activation="silu"),
+    "groupnorm_per_channel": lambda: synthetic.groupnorm_task(1, 6, (40,), 6, form="op"),
     "attention_mask": lambda: synthetic.attention_task(2, 3, 16, 32, mask=True),
     "attention_causal_kt": lambda: synthetic.attention_task(1, 2, 16, 16, seq_kv=32, causal=True, k_transposed=True),
     # 37 keys: no tile divides them, the last tile is padded (and k_transposed is packed then)

@@ -30,7 +30,8 @@ from portkern.profile import floor_seconds
 from portkern.search.records import RecordLog
 from portkern.search.strategy import ArtifactStore, SearchOptions, search_workload
 from portkern.search.worker import InProcessRunner
-from portkern.synthetic import attention_task, conv2d_task, gemm_task, layernorm_task, rmsnorm_task, softmax_task
+from portkern.synthetic import (attention_task, conv2d_task, gemm_task, groupnorm_task, layernorm_task, rmsnorm_task,
+                                softmax_task)
 from portkern.tasks import Task
 from portkern.priors import priors_for
 from portkern.tuner import TaskCatalog, TuneOptions, variant_admitted
@@ -51,6 +52,8 @@ def suites(smoke: bool) -> dict[str, list[tuple[str, Task]]]:
                 "attention-gqa": [("attn gqa causal b1 h4 kv2 s32 d16",
                                    attention_task(1, 4, 32, 16, "float16", kv_heads=2, causal=True))],
                 "conv": [("conv 3x3 b1 c8 10x10", conv2d_task(1, 8, 10, 10, 16, 3, 3, "float16", pad=1, nhwc=True))],
+                "groupnorm": [("groupnorm b1 c8 6x6 g2 silu nhwc",
+                               groupnorm_task(1, 8, (6, 6), 2, "float16", activation="silu", nhwc=True))],
                 "fp32": [("gemm 40x48x32 fp32", gemm_task(40, 48, 32, "float32", trans_b=True))]}
     memory = [("softmax 16384x4096", softmax_task(16384, 4096, "float16")),
               ("layernorm 16384x4096", layernorm_task(16384, 4096, "float16")),
@@ -107,13 +110,23 @@ def suites(smoke: bool) -> dict[str, list[tuple[str, Task]]]:
             for c, oc, hw, kh, stride in ((3, 64, 224, 7, 2), (64, 64, 56, 3, 1), (64, 256, 56, 1, 1),
                                           (256, 64, 56, 1, 1), (128, 128, 28, 3, 1), (256, 256, 14, 3, 1),
                                           (1024, 256, 14, 1, 1), (512, 512, 7, 3, 1), (512, 2048, 7, 1, 1))]
+    # Stable Diffusion's GroupNorm -> SiLU (not in the default suites): the UNet's widths at 64x64
+    # latents, batch 2 (classifier-free guidance), channels-last as portkern's graph has them, one
+    # NCHW; the VAE decoder's widest; the baseline is F.group_norm and the activation, two kernels
+    groupnorm = [
+        *((f"groupnorm sd b2 c{c} {hw}x{hw} g32 silu nhwc",
+           groupnorm_task(2, c, (hw, hw), 32, "float16", activation="silu", nhwc=True))
+          for c, hw in ((320, 64), (640, 32), (1280, 16))),
+        ("groupnorm sd b2 c320 64x64 g32 silu", groupnorm_task(2, 320, (64, 64), 32, "float16", activation="silu")),
+        ("groupnorm vae b1 c256 256x256 g32 silu nhwc",
+         groupnorm_task(1, 256, (256, 256), 32, "float16", activation="silu", nhwc=True))]
     # float32 at float32 accuracy (TF32 off on both sides): BERT-base's GEMMs and attention
     fp32 = [*((f"gemm {m}x{n}x{k} fp32", gemm_task(m, n, k, "float32", trans_b=True))
               for m, n, k in ((4096, 768, 768), (4096, 3072, 768), (4096, 768, 3072))),
             ("attn b8 h12 s512 d64 fp32", attention_task(8, 12, 512, 64, "float32"))]
     return {"memory": memory, "gemv": gemv, "gemm": gemm, "gemm-epilogue": gemm_epilogue, "attention": attention,
             "attention-parts": attention_parts, "attention-masked": attention_masked, "attention-gqa": attention_gqa,
-            "conv": conv, "fp32": fp32}
+            "conv": conv, "groupnorm": groupnorm, "fp32": fp32}
 
 
 def time_callable(backend: Any, fn: Callable[[list[Any]], Any], sets: list[list[Any]], repeats: int) -> list[float]:

@@ -188,6 +188,12 @@ def _rmsnorm(task: Task) -> Compute:
                                                          eps))
 
 
+def _groupnorm(task: Task) -> Compute:
+    groups, eps = int(task.attr("groups")), float(task.attr("eps", 1e-5))
+    activation = _ACTIVATIONS[task.attr("activation", "none")]
+    return lambda inputs: activation(F.group_norm(inputs[0], groups, inputs[1], inputs[2], eps))
+
+
 def _reduce(task: Task) -> Compute:
     op = task.attr("op")
     ndim = len(task.inputs[0].shape)
@@ -322,6 +328,6 @@ def _rotary(task: Task) -> Compute:
 
 _BUILDERS: dict[str, Callable[[Task], Compute]] = {
     "elementwise": _elementwise, "gemm": _gemm, "bmm": _bmm, "attention": _attention, "softmax": _softmax,
-    "layernorm": _layernorm, "rmsnorm": _rmsnorm, "reduce": _reduce, "conv2d": _conv2d, "pool": _pool,
+    "layernorm": _layernorm, "rmsnorm": _rmsnorm, "groupnorm": _groupnorm, "reduce": _reduce, "conv2d": _conv2d, "pool": _pool,
     "rotary": _rotary,
 }

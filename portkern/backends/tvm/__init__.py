@@ -42,7 +42,7 @@ from ...ort_subgraph import OrtGraphPiece, OrtProgram, OrtSubgraphError, node_se
 from ...tasks import Task
 from ..base import (HOST_BUFFER_ALIGNMENT, Artifact, Backend, Candidate, CompileError, Program, StretchPiece,
                     Variant)
-from . import attention, conv2d, elementwise, gemm, global_pool, inline, layernorm, pool, rmsnorm, softmax
+from . import attention, conv2d, elementwise, gemm, global_pool, groupnorm, inline, layernorm, pool, rmsnorm, softmax
 from .common import nearest_valid
 from .cuda import TEMPLATES as CUDA_TEMPLATES
 from .cuda import build as cuda_build
@@ -56,6 +56,7 @@ TEMPLATES: dict[str, tuple[types.ModuleType, ...]] = {
     "softmax": (softmax,),
     "layernorm": (layernorm,),
     "rmsnorm": (rmsnorm,),
+    "groupnorm": (groupnorm,),
     "pool": (pool, global_pool),
     "attention": (attention,),
     "elementwise": (elementwise,),

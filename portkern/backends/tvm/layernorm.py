@@ -8,7 +8,7 @@ cuda/rmsnorm.py); rmsnorm.py schedules RMSNorm on the CPU with this space and sc
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from tvm import s_tir, te
 
@@ -46,24 +46,32 @@ def constraints(task: Task, config: Mapping[str, Any], target: Target) -> str | 
             or check_row_lanes(config, dims(task)[1], target, "row length"))
 
 
-def computation(task: Task, lanes: int) -> Computation:
-    """The two-pass LayerNorm over the task's (rows, N) view; lanes as in common.row_reduce."""
-    rows, n = dims(task)
-    eps = float(task.attr("eps", 1e-5))
+STANDARDIZED_STAGES = ("row_sum_lanes", "row_sum", "row_sq_lanes", "row_sq")  # standardized()'s reductions
+
+
+def standardized(rows: int, n: int, eps: float, lanes: int) -> tuple[te.Tensor, Callable[[Any, Any], Any]]:
+    """x (rows, n) and (x - mean) / sqrt(var + eps) of each row at (r, j), the statistics in two
+    passes (lanes as in common.row_reduce): LayerNorm's and GroupNorm's (groupnorm.py) normalization."""
     x = te.placeholder((rows, n), "float32", name="x")
-    gamma = te.placeholder((n,), "float32", name="gamma")
-    beta = te.placeholder((n,), "float32", name="beta")
     total = row_reduce(lambda r, j: x[r, j], rows, n, lanes, "sum", "row_sum")
 
     def centered(r: Any, j: Any) -> Any:
         return x[r, j] - total[r] * (1.0 / n)
 
     squares = row_reduce(lambda r, j: centered(r, j) * centered(r, j), rows, n, lanes, "sum", "row_sq")
+    return x, lambda r, j: centered(r, j) / te.sqrt(squares[r] * (1.0 / n) + eps)
+
+
+def computation(task: Task, lanes: int) -> Computation:
+    """The two-pass LayerNorm over the task's (rows, N) view; lanes as in common.row_reduce."""
+    rows, n = dims(task)
+    x, normed = standardized(rows, n, float(task.attr("eps", 1e-5)), lanes)
+    gamma = te.placeholder((n,), "float32", name="gamma")
+    beta = te.placeholder((n,), "float32", name="beta")
     residual = _residual(task, rows, n)
-    out = te.compute((rows, n), lambda r, j: _plus(
-        residual, r, j, centered(r, j) / te.sqrt(squares[r] * (1.0 / n) + eps) * gamma[j] + beta[j]), name="out")
-    stages = ("row_sum_lanes", "row_sum", "row_sq_lanes", "row_sq")
-    return _with_residual(Computation((x, gamma, beta, out), ((rows, n), (n,), (n,), (rows, n)), stages), residual)
+    out = te.compute((rows, n), lambda r, j: _plus(residual, r, j, normed(r, j) * gamma[j] + beta[j]), name="out")
+    return _with_residual(Computation((x, gamma, beta, out), ((rows, n), (n,), (n,), (rows, n)), STANDARDIZED_STAGES),
+                          residual)
 
 
 def rmsnorm_computation(task: Task, lanes: int) -> Computation:

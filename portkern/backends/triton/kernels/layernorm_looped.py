@@ -1,8 +1,7 @@
 """LayerNorm over the last axis for rows too long for registers: a statistics walk, then a writing walk.
 
 One program per row. The first walk merges per-chunk (count, mean, M2) into the row's running
-statistics (Chan et al.'s pairwise update, fp32), which stays accurate when the mean is large
-against the spread; it asks the cache to keep the row so the writing walk reads it from L2.
+statistics (_moments.py, fp32); it asks the cache to keep the row so the writing walk reads it from L2.
 """
 import triton
 import triton.language as tl
@@ -13,6 +12,7 @@ SPACE = {"BLOCK_N": [256, 512, 1024, 2048, 4096, 8192], "num_warps": [1, 2, 4, 8
 DEFAULT = {"BLOCK_N": 1024, "num_warps": 4}
 
 # include: rowwise
+# include: moments
 # include: norm_residual
 
 
@@ -32,14 +32,7 @@ def _layernorm_looped(x_ptr, gamma_ptr, beta_ptr, residual_ptr, y_ptr, n_cols, e
         mask = start + cols < n_cols
         x = tl.load(x_ptr + row_start + start + cols, mask=mask, other=0.0,
                     eviction_policy="evict_last").to(tl.float32)
-        count = tl.minimum(n_cols - start, BLOCK_N).to(tl.float32)
-        chunk_mean = tl.sum(x, axis=0) / count
-        centred = tl.where(mask, x - chunk_mean, 0.0)
-        delta = chunk_mean - mean
-        total = seen + count
-        mean += delta * (count / total)
-        m2 += tl.sum(centred * centred, axis=0) + delta * delta * (seen * count / total)
-        seen = total
+        mean, m2, seen = _merge_chunk(mean, m2, seen, x, mask, tl.minimum(n_cols - start, BLOCK_N).to(tl.float32))
     rstd = tl.rsqrt(m2 / n_cols + eps)
     for start in range(0, n_cols, BLOCK_N):
         mask = start + cols < n_cols
