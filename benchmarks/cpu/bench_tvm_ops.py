@@ -41,7 +41,7 @@ RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 def tasks() -> dict[str, Task]:
-    """A BERT/MiniLM layer at 128 tokens (hidden 384, 12 heads) and ResNet-50 / SqueezeNet layers."""
+    """A BERT/MiniLM layer at 128 tokens (hidden 384, 12 heads), ResNet-50 / SqueezeNet layers, group norms."""
     return {
         "bert qkv/out 128x384x384 +bias": synthetic.gemm_task(128, 384, 384, bias=True),
         "bert ffn1 128x1536x384 +bias gelu": synthetic.gemm_task(128, 1536, 384, bias=True, activation="gelu"),
@@ -56,6 +56,11 @@ def tasks() -> dict[str, Task]:
                                                                        activation="relu", residual=True),
         "squeezenet fire 1x16x55x55 3x3 64 relu": synthetic.conv2d_task(1, 16, 55, 55, 64, 3, 3, pad=1,
                                                                         activation="relu"),
+        # wav2vec2's / HuBERT's feature extractor: a group per channel over 3199 frames; Stable
+        # Diffusion's GroupNorm -> SiLU (32 groups) at a 32x32 map, PoolFormer's one group
+        "wav2vec2 groupnorm 1x512x3199 g512": synthetic.groupnorm_task(1, 512, (3199,), 512),
+        "sd groupnorm 1x320x32x32 g32 silu": synthetic.groupnorm_task(1, 320, (32, 32), 32, activation="silu"),
+        "poolformer groupnorm 1x64x56x56 g1": synthetic.groupnorm_task(1, 64, (56, 56), 1),
         "resnet50 maxpool 1x64x112x112 3x3 s2": synthetic.pool_task(1, 64, 112, 112, "max", kernel=3, stride=2,
                                                                      pad=1),
         "resnet50 global avgpool 1x2048x7x7": synthetic.pool_task(1, 2048, 7, 7, "global_avg"),
