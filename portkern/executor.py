@@ -848,12 +848,16 @@ def _batch_norm(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
     assert mean is not None and var is not None
     eps = _attr(node, "epsilon", 1e-5)
     shape = _channel_shape(x)
+    # fp16/bf16 in float32, rounded once at the end, as onnxruntime's CPU provider and cuDNN compute
+    # it (BiT's weight standardization, a training-mode BatchNormalization of each float16 weight,
+    # rounded at each step, was 7x onnxruntime's float16 error on the model's output)
+    work = x.astype(_stash_dtype(x, node))
     if not _attr(node, "training_mode", 0):
-        inv = 1 / np.sqrt(var.reshape(shape) + eps)
-        out = (x - mean.reshape(shape)) * inv * scale.reshape(shape) + bias.reshape(shape)
+        inv = 1 / np.sqrt(var.reshape(shape).astype(work.dtype) + eps)
+        out = (work - mean.reshape(shape)) * inv * scale.reshape(shape) + bias.reshape(shape)
         return [out.astype(x.dtype, copy=False)]
     axes = (0,) + tuple(range(2, x.ndim))
-    batch_mean, batch_var = x.mean(axis=axes), x.var(axis=axes)
+    batch_mean, batch_var = work.mean(axis=axes), work.var(axis=axes)
     momentum = _attr(node, "momentum", 0.9)
     out = (x - batch_mean.reshape(shape)) / np.sqrt(batch_var.reshape(shape) + eps)
     out = out * scale.reshape(shape) + bias.reshape(shape)

@@ -38,7 +38,8 @@ More decoders at 2 layers, 256 wide: olmo (LayerNorm without parameters), olmo2 
 over all heads), starcoder2, granite (embedding, attention, residual and logit multipliers), nemotron
 (squared ReLU, LayerNorm with weight + 1), persimmon (LayerNorm of each head's q and k), biogpt, xglm
 (scores clamped at float32's lowest by Max, probabilities viewed 4-D and back), mpt (ALiBi); and
-mobilebert (bottlenecks, NoNorm), electra, deit at 192 wide, resnet (depths 1-1-1-1). Cohere's and
+mobilebert (bottlenecks, NoNorm), electra, deit at 192 wide, resnet (depths 1-1-1-1), bit (Big
+Transfer: GroupNorm of 32 groups then ReLU before each weight-standardized conv, depths 1-1-1-1). Cohere's and
 Mixtral's exports fail in the legacy exporter itself (a shape assertion; aten::histc), so they are not here.
 Each is eager attention, opset 17, the legacy exporter.
 """
@@ -244,6 +245,7 @@ MODELS: dict[str, Callable[[], Entry]] = {
     "resnet": lambda: _pixels(transformers.ResNetModel(transformers.ResNetConfig(depths=[1, 1, 1, 1])), "pooler_output"),
     "mpt": lambda: _decoder(transformers.MptForCausalLM(_eager(transformers.MptConfig(
         d_model=256, n_layers=2, n_heads=4, vocab_size=2000)))),
+    "bit": lambda: _pixels(transformers.BitModel(transformers.BitConfig(depths=[1, 1, 1, 1])), "pooler_output"),
 }
 
 
