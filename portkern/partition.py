@@ -19,6 +19,10 @@ Patterns (kinds and kernel signatures are in tasks.py):
               Transposes that split the heads of q, k, v (sole users) and the one that merges the
               output's are the task's too: its operands are the contiguous buffers around them and
               attrs["perms"] says how (see tasks.py), so no head-split copy is ever made.
+              Constant biases added one after another (a position bias, then Swin's shifted-window
+              mask added in a view that splits the batch into images x windows) fold into one
+              constant mask (B or 1, H or 1, S, Sk), its reference one Add and an Identity in the
+              place of each other node of the chain.
               With share_kv_heads (a backend whose kernels read one key/value head for each group
               of query heads), K and V repeated as transformers' repeat_kv writes it (Unsqueeze at
               axis 2, Expand, Reshape: grouped-query attention) are read before the repeat: the
@@ -99,7 +103,7 @@ from .executor import _explicit_pads, one_axis_cut
 from .ir import Graph, Node, TensorSpec, connected_groups
 from .layout import NHWC_OPS, ONNX_OF, channels_last, conv1d_as_2d, is_channels_last
 from .rewrites import (GroupNorm, collapse_layout_chains, einsums_as_matmuls, fold_column_affines, fold_pads_into_convs,
-                       group_norm_at, group_norms_as_ops, reassociate_residuals, split_projections)
+                       group_norm_at, group_norms_as_ops, query_scales, reassociate_residuals, split_projections)
 from .tasks import EXPRESSION_ACTIVATIONS, FLOAT_DTYPES, Task, freeze_attrs
 
 if TYPE_CHECKING:
@@ -708,8 +712,22 @@ def _match_attention(ctx: _Context, scores_mm: Node) -> _Match | None:
         narrow_to, cur = ctx.spec(cur).dtype, widen.outputs[0]
     mask = None
     causal = False
+    # constant biases added one after another (Swin V2's position bias, then its shifted windows'
+    # mask in a view with the batch split into images x windows) fold into one constant mask
+    biases: list[tuple[list[Node], np.ndarray]] = []
     while (node := ctx.sole_user(cur, *_ADDS, "Where", "Reshape", "Max")) is not None:
         shape = ctx.shape(cur)
+        windowed = _batch_split_bias(ctx, node, cur) if node.op_type == "Reshape" and shape == scores_shape else None
+        # (where a bias came before, it is the node just before: the chain of constant adds is unbroken)
+        follows = mask in nodes[-1].inputs if mask is not None else (not biases or biases[-1][0][-1] is nodes[-1])
+        if windowed is not None and (mask is None or mask in ctx.graph.constants) and follows:
+            if mask is not None:  # the constant mask before it folds in too
+                biases.append(([nodes[-1]], ctx.graph.constants[mask]))
+                mask = None
+            biases.append(windowed[:2])
+            nodes += windowed[0]
+            cur = windowed[2]
+            continue
         if ctx.shape(node.outputs[0]) not in (scores_shape, merged_shape):
             break
         if node.op_type == "Reshape":  # between the merged and the (B, H) view of the scores
@@ -739,7 +757,9 @@ def _match_attention(ctx: _Context, scores_mm: Node) -> _Match | None:
                 pass  # a mask of zeros (an exporter's "no padding") adds nothing: none to read
             elif not causal and constant is not None and _is_causal(constant, s, sk):
                 causal = True
-            elif mask is None and ctx.scalar(other) is None and (
+            elif biases and constant is not None and shape == scores_shape and biases[-1][0][-1] is nodes[-1]:
+                biases.append(([node], constant))
+            elif mask is None and not biases and ctx.scalar(other) is None and (
                     shape == scores_shape or len(other_shape) < 3 or other_shape[-3] == 1 or b == 1):
                 # a mask added to merged scores broadcasts the same over (B, H, S, Sk) when it has
                 # no batch*head axis, or when the batch is 1
@@ -751,6 +771,14 @@ def _match_attention(ctx: _Context, scores_mm: Node) -> _Match | None:
     softmax = ctx.sole_user(cur, "Softmax")
     if softmax is None or not _is_last_axis_softmax(ctx, softmax):
         return None
+    folded: dict[str, np.ndarray] = {}
+    reference: dict[int, Node] = {}  # id(covered node) -> what the reference runs in its place
+    if biases:
+        mask = f"{scores_mm.name or scores_mm.outputs[0]}::bias"
+        folded[mask] = sum(array.astype(np.float64) for _, array in biases).astype(ctx.spec(cur).dtype)
+        chain = [node for steps, _ in biases for node in steps]
+        reference = _folded_bias_steps(chain, mask, next(name for name in chain[0].inputs
+                                                         if name not in ctx.graph.constants))
     probs, passed = ctx.pass_through(softmax.outputs[0])
     if narrow_to is not None:
         back = ctx.cast_back(probs, narrow_to)
@@ -814,7 +842,42 @@ def _match_attention(ctx: _Context, scores_mm: Node) -> _Match | None:
             attrs["perms"] = tuple(perms)
     covers = sorted(q_nodes + k_nodes + nodes, key=lambda node: ctx.position[id(node)])
     inputs = [q, k, v] + ([mask] if mask is not None else [])
-    return _Match("attention", covers, inputs, out, attrs, 2 * b * h * _scored_pairs(s, sk, causal) * (d + dv))
+    match = _Match("attention", covers, inputs, out, attrs, 2 * b * h * _scored_pairs(s, sk, causal) * (d + dv),
+                   nodes=[reference.get(id(node), node) for node in covers] if reference else None)
+    match.folded = folded
+    return match
+
+
+def _batch_split_bias(ctx: _Context, split: Node, scores: str) -> tuple[list[Node], np.ndarray, str] | None:
+    """(the nodes, the constant bias they add as one (B, ...) array, the value after them) where
+    `split` views the scores (B, H, S, Sk) as (B / n, n, H, S, Sk), constants are added in that view
+    and the sum is viewed back (Swin's shifted windows: n windows an image, a mask per window)."""
+    shape, view = ctx.shape(scores), ctx.shape(split.outputs[0])
+    if len(view) != len(shape) + 1 or view[0] * view[1] != shape[0] or view[2:] != shape[1:]:
+        return None
+    nodes, cur, total = [split], split.outputs[0], np.zeros((1,) * len(view))
+    while (add := ctx.sole_user(cur, *_ADDS)) is not None:
+        constant = ctx.graph.constants.get(ctx.other_input(add, cur) or "")
+        if constant is None or ctx.shape(add.outputs[0]) != view or not _broadcasts_to(constant.shape, view):
+            return None
+        total = total + constant.astype(np.float64)
+        nodes.append(add)
+        cur = add.outputs[0]
+    back = ctx.sole_user(cur, "Reshape")
+    if len(nodes) == 1 or back is None or ctx.shape(back.outputs[0]) != shape:
+        return None
+    per_window = np.broadcast_to(total, view[:2] + total.shape[2:])
+    return [*nodes, back], per_window.reshape((shape[0], *total.shape[2:])), back.outputs[0]
+
+
+def _folded_bias_steps(chain: list[Node], mask: str, scores: str) -> dict[int, Node]:
+    """What the reference runs for a chain of constant bias adds on `scores` folded into the one
+    constant `mask`: the first node adds it, the others (under their own names) pass the sum on."""
+    first = chain[0]
+    steps = {id(first): Node(first.name, "Add", [scores, mask], list(first.outputs))}
+    for previous, node in zip(chain, chain[1:]):
+        steps[id(node)] = Node(node.name, "Identity", [previous.outputs[0]], list(node.outputs))
+    return steps
 
 
 def _scored_pairs(s: int, sk: int, causal: bool) -> int:
@@ -1542,7 +1605,8 @@ def backend_tasks(graph: Graph, backend: Backend) -> tuple[Graph, list[Task]]:
     Reshapes that only reshapes as one Reshape; a projection whose columns are cut into parts as
     one projection per part (rewrites.py), except where a task reads the cut in place (the Slices
     of a partial rotary task)."""
-    graph = reassociate_residuals(fold_column_affines(conv1d_as_2d(fold_pads_into_convs(einsums_as_matmuls(graph)))))
+    graph = reassociate_residuals(fold_column_affines(conv1d_as_2d(fold_pads_into_convs(
+        query_scales(einsums_as_matmuls(graph))))))
     if backend.conv_layout == "NHWC":  # (its glue is torch's and the executor's, not onnxruntime's)
         graph = channels_last(group_norms_as_ops(graph))
     graph = collapse_layout_chains(graph)

@@ -47,6 +47,16 @@ and, on a channels-last backend, it cuts the NHWC stretch, costing two Transpose
 (MobileNetV2: 52 Pads and 104 Transposes between its tasks on h200). Every conv kernel takes uneven
 pads: they read the input at top/left offsets and treat rows and columns past its end as zeros.
 
+query_scales: a scale on attention scores that is one constant per query row (Swin V2 multiplies
+its cosine scores by exp(logit_scale), one per head) moves onto the queries, (q k^T) c = (q c) k^T:
+the scores' product, its bias and softmax are then one attention task (a scalar scale is the
+task's own), where they were a bmm, an elementwise and a softmax task with the score matrix through
+memory twice. Only where the scores go on to a Softmax.
+
+group_norms_as_ops (channels-last backends only): a group normalization as torch exports it
+(group_norm_at) is one GroupNormalization op with its affine per channel, so the NHWC stretch
+carries it instead of ending at its Reshape to groups.
+
 collapse_layout_chains: a chain of Transposes and Reshapes whose result lays the elements out in
 the order they already had is one Reshape, a view: ViT's patch embedding, run channels-last, goes
 back to NCHW, flattens the positions and transposes them first, (B, H, W, C) -> (B, HW, C) in two
@@ -336,6 +346,59 @@ def reassociate_residuals(graph: Graph) -> Graph:
     values = dict(graph.values)
     values.update({partial.outputs[0]: graph.values[partial.inputs[0]] for partial, _ in regrouped.values()})
     return with_nodes(graph, nodes, values, graph.constants)
+
+
+def query_scales(graph: Graph) -> Graph:
+    """Every attention score scale that is one per query row (Swin V2's exp(logit_scale), one per
+    head, on its cosine scores) moved from the scores onto the queries: (q k^T) * c = (q * c) k^T
+    where the constant c is one value per row (its last axis 1). The scores' product is then an
+    attention task's (a scalar scale is the task's own), and the queries' Mul joins their
+    elementwise task. Only where the scaled scores go on to a last-axis Softmax (through adds,
+    views and casts): on a plain product the Mul is cheaper after it where N < K. The graph itself
+    where there is none."""
+    consumers, producer = graph.consumers(), graph.producer()
+    moved: dict[int, Node] = {}  # id(scale node) -> the Mul or Div on the queries that replaces it
+    products: dict[int, Node] = {}  # id(product) -> it, writing the scale's output
+    for node in graph.nodes:
+        product = producer.get(node.inputs[0]) if node.op_type in ("Mul", "Div") and len(node.inputs) == 2 else None
+        if product is None or product.op_type != "MatMul" or product.domain not in ("", "ai.onnx") \
+                or _sole_consumer(graph, consumers, product.outputs[0]) is not node:
+            continue
+        scale = graph.constants.get(node.inputs[1])
+        q = product.inputs[0]
+        q_shape = graph.values[q].shape
+        if scale is None or scale.size == 1 or scale.ndim > len(q_shape) or scale.shape[-1] != 1 \
+                or len(q_shape) < 3 or np.broadcast_shapes(q_shape, scale.shape) != q_shape \
+                or not _reaches_softmax(graph, consumers, node.outputs[0]):
+            continue
+        scaled = f"{q}::{node.name}"
+        moved[id(node)] = replace(node, inputs=[q, node.inputs[1]], outputs=[scaled])
+        products[id(product)] = replace(product, inputs=[scaled, product.inputs[1]], outputs=list(node.outputs))
+    if not moved:
+        return graph
+    nodes = []
+    for node in graph.nodes:
+        if id(node) in products:
+            nodes += [moved[id(consumer)] for consumer in consumers[node.outputs[0]]] + [products[id(node)]]
+        elif id(node) not in moved:
+            nodes.append(node)
+    values = dict(graph.values)
+    values.update({node.outputs[0]: graph.values[node.inputs[0]] for node in moved.values()})
+    return with_nodes(graph, nodes, values, graph.constants)
+
+
+def _reaches_softmax(graph: Graph, consumers: dict[str, list[Node]], value: str, steps: int = 8) -> bool:
+    """`value` flows, through sole readers that add, view or cast it, into a Softmax of its last axis."""
+    for _ in range(steps):
+        reader = _sole_consumer(graph, consumers, value)
+        if reader is None:
+            return False
+        if reader.op_type == "Softmax":
+            return int(reader.attrs.get("axis", -1)) in (-1, len(graph.values[value].shape) - 1)
+        if reader.op_type not in ("Add", "Reshape", "Where", "Cast"):
+            return False
+        value = reader.outputs[0]
+    return False
 
 
 _LAYOUT_OPS = ("Transpose", "Reshape", "Flatten")

@@ -901,6 +901,53 @@ def test_soft_capped_logits_are_one_attention_task() -> None:
     assert "softcap" not in dict(synthetic.attention_task(2, 4, 6, 8, "float32").attrs)
 
 
+def _swin_v2_attention(shifted: bool) -> Graph:
+    """Swin V2's window attention on (B, H, S, D) = (4, 2, 6, 8), two windows an image: cosine
+    scores (q and k divided by their norms) scaled by one constant a head, a constant position bias
+    (1, H, S, S), and in a shifted block the windows' mask added in the (B / 2, 2, H, S, S) view."""
+    rng = np.random.default_rng(5)
+    b = GraphBuilder("swin_v2", "float32")
+    shape, scores_shape = (4, 2, 6, 8), (4, 2, 6, 6)
+
+    def unit(x: str) -> str:
+        norm = b.op("ReduceL2", [x], (4, 2, 6, 1), axes=[-1], keepdims=1)
+        return b.op("Div", [x, b.op("Clip", [norm, b.constant(1e-12)], (4, 2, 6, 1))], shape)
+
+    q, k, v = (b.input(name, shape) for name in "qkv")
+    kt = b.op("Transpose", [unit(k)], (4, 2, 8, 6), perm=[0, 1, 3, 2])
+    scores = b.op("Mul", [b.op("MatMul", [unit(q), kt], scores_shape), b.constant(np.exp(rng.random((2, 1, 1))))],
+                  scores_shape)
+    scores = b.op("Add", [scores, b.constant(rng.standard_normal((1, 2, 6, 6)))], scores_shape)
+    if shifted:
+        windows = b.op("Reshape", [scores, b.constant(np.array([2, 2, 2, 6, 6]), "int64")], (2, 2, 2, 6, 6))
+        hidden = np.where(rng.random((1, 2, 1, 6, 6)) < 0.3, -100.0, 0.0)
+        windows = b.op("Add", [windows, b.constant(hidden)], (2, 2, 2, 6, 6))
+        scores = b.op("Reshape", [windows, b.constant(np.array(scores_shape), "int64")], scores_shape)
+    probs = b.op("Softmax", [scores], scores_shape, axis=-1)
+    return b.graph([b.op("MatMul", [probs, v], shape)])
+
+
+@pytest.mark.parametrize("shifted", [False, True])
+def test_swin_v2_window_attention_is_one_attention_task(shifted: bool) -> None:
+    """Its per-head scale moves onto the queries (rewrites.query_scales), and its biases -- the
+    position bias, the shifted windows' mask added in a batch-split view -- fold into one constant
+    (B, H, S, S) mask: one attention task, scale 1, whose reference computes what the graph does."""
+    graph = _swin_v2_attention(shifted)
+    rewritten, tasks = backend_tasks(graph, get_backend(load_target("h200")))
+    attention = [task for task in tasks if task.kind == "attention"]
+    assert len(attention) == 1 and [task.kind for task in tasks].count("bmm") == 0
+    (task,) = attention
+    assert task.attr("scale") == 1.0 and task.attr("mask")
+    assert task.inputs[3].shape == ((4, 2, 6, 6) if shifted else (1, 2, 6, 6))
+    rng = np.random.default_rng(6)
+    feeds = {name: rng.standard_normal((4, 2, 6, 8)).astype(np.float32) for name in "qkv"}
+    values = {**rewritten.constants, **feeds}
+    run_nodes(rewritten.nodes, values, rewritten.opset)
+    got = task.reference([values.get(name, task.constants.get(name)) for name in task.input_names])[0]
+    np.testing.assert_allclose(got, values[task.output_names[0]], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(values[graph.outputs[0]], run_graph(graph, feeds)[graph.outputs[0]], rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("share", [True, False])
 def test_grouped_query_attention_reads_the_key_value_heads_before_their_repeat(share: bool) -> None:
     """LLaMA's repeat_kv (Unsqueeze, Expand, Reshape) before attention: a backend that shares

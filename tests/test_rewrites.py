@@ -11,7 +11,7 @@ from portkern.executor import run_graph
 from portkern.hwprofile import load_target
 from portkern.ir import Graph, Node, TensorSpec
 from portkern.partition import backend_tasks
-from portkern.rewrites import (MIN_PART, collapse_layout_chains, einsums_as_matmuls, fold_column_affines,
+from portkern.rewrites import (MIN_PART, collapse_layout_chains, einsums_as_matmuls, fold_column_affines, query_scales,
                                fold_pads_into_convs, reassociate_residuals, split_projections)
 from portkern.synthetic import GraphBuilder
 
@@ -475,3 +475,23 @@ def test_attention_written_with_einsums_is_one_attention_task() -> None:
     graph = builder.graph([builder.op("Einsum", [probs, v], (b, h, s, d), equation="bhqk,bhkd->bhqd")])
     _, tasks = backend_tasks(graph, get_backend(load_target("h200")))
     assert [task.kind for task in tasks] == ["attention"]
+
+
+@pytest.mark.parametrize("softmax", [True, False])
+def test_a_per_row_score_scale_moves_onto_the_queries(softmax: bool) -> None:
+    """(q k^T) * c with c one constant per head (its last axis 1) is (q * c) k^T: moved where a
+    Softmax reads the scores (an attention's), left on a plain product (cheaper after it if N < K)."""
+    rng = np.random.default_rng(3)
+    b = GraphBuilder("scores", "float32")
+    q, k = b.input("q", (2, 3, 5, 4)), b.input("k", (2, 3, 4, 7))
+    scores = b.op("Mul", [b.op("MatMul", [q, k], (2, 3, 5, 7)), b.constant(rng.random((3, 1, 1)) + 0.5)], (2, 3, 5, 7))
+    out = b.op("Softmax", [scores], (2, 3, 5, 7), axis=-1) if softmax else scores
+    graph = b.graph([out])
+    moved = query_scales(graph)
+    if not softmax:
+        assert moved is graph
+        return
+    assert [node.op_type for node in moved.nodes] == ["Mul", "MatMul", "Softmax"]
+    assert moved.nodes[0].inputs[0] == "q" and moved.nodes[1].outputs == [scores]
+    feeds = {"q": rng.standard_normal((2, 3, 5, 4)).astype(np.float32), "k": rng.standard_normal((2, 3, 4, 7)).astype(np.float32)}
+    np.testing.assert_allclose(run_graph(moved, feeds)[out], run_graph(graph, feeds)[out], rtol=1e-5, atol=1e-7)
