@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On a lent Hopper, after gpu_run.sh's setup: this session's new kernel paths compiled and gated on the GPU
-# (post-norm residuals in the norm kernels, group norms, float32-angle rotary, the squared-ReLU GEMM epilogue,
+# (post-norm residuals in the norm kernels, group norms, squeeze-excite's gate read by conv2d_nhwc, float32-angle rotary, the squared-ReLU GEMM epilogue,
 # attention with values wider than keys and MPT's float32-scored attention), then a short whole-model tune of
 # Gemma 2's widths (post-norm residual RMSNorms, soft-capped attention) beside torch.
 #   device run: bash benchmarks/gpu_run.sh bash benchmarks/gpu_checks_new_paths.sh      carry [".whl"]
@@ -11,7 +11,7 @@ T=$(python3 -c "import torch; print('h200' if 'H200' in torch.cuda.get_device_na
 LOG=$OUT/steps.log
 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_triton_memory.py -k "variant_matches_reference and (norm or rotary)" \
   > /tmp/memory.log 2>&1; echo "memory kernels rc $?"; tail -3 /tmp/memory.log; cat /tmp/memory.log >> "$LOG"
-timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_triton_matrix.py -k "variant_matches_reference and (attention_flash or attention_splitkv or gemm_tiled or gemm_wgmma)" \
+timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_triton_matrix.py -k "(variant_matches_reference and (attention_flash or attention_splitkv or gemm_tiled or gemm_wgmma or conv2d_nhwc)) or gated_tap_rows" \
   > /tmp/matrix.log 2>&1; echo "matrix kernels rc $?"; tail -3 /tmp/matrix.log; cat /tmp/matrix.log >> "$LOG"
 # the groupnorm kernels beside F.group_norm + SiLU and torch.compile on Stable Diffusion's shapes
 timeout 150 python3 benchmarks/ops/bench_ops.py --suite groupnorm --target $T --trials 10 --case-seconds 20 \

@@ -35,7 +35,9 @@ Patterns (kinds and kernel signatures are in tasks.py):
   conv2d      Conv [-> BatchNormalization, per-channel Mul/Add/Sub/Div by constants: folded]
               -> [Add residual] -> [activation]:  out = act(conv(x, w) + bias + residual)  (the
               ResNet order). Folding yields new weights/bias (when the conv's are constants) that
-              live in Task.constants under the task's input names.
+              live in Task.constants under the task's input names. With scale_conv_inputs (a
+              backend whose convs scale x as they load it), a Mul of x by a runtime gate (N, C, 1, 1)
+              that only the conv reads (squeeze-excite's) is part of the task (attrs input_scale).
   pool        MaxPool, AveragePool (no ceil_mode, no dilation), GlobalAveragePool
   The NHWC ops of layout.py (NhwcConv, NhwcBatchNormalization, the Nhwc pools: a backend with
   conv_layout "NHWC") match as conv2d and pool with attrs["layout"] = "nhwc" (tasks.py).
@@ -203,11 +205,12 @@ class _Context:
     """Read-only views of the graph plus the set of nodes already claimed by a task."""
 
     def __init__(self, graph: Graph, fold_attention_transposes: bool = False, share_kv_heads: bool = False,
-                 fuse_rotary: bool = False) -> None:
+                 fuse_rotary: bool = False, scale_conv_inputs: bool = False) -> None:
         self.graph = graph
         self.fold_attention_transposes = fold_attention_transposes
         self.share_kv_heads = share_kv_heads
         self.fuse_rotary = fuse_rotary
+        self.scale_conv_inputs = scale_conv_inputs
         self.producer = graph.producer()
         self.position = {id(node): index for index, node in enumerate(graph.nodes)}
         self.users: dict[str, list[Node]] = {}
@@ -1296,6 +1299,10 @@ def _match_conv(ctx: _Context, conv: Node) -> _Match | None:
         run, folded_nodes, folded = fold
         w, bias_name, out = run[0].inputs[1], run[0].inputs[2], run[-1].outputs[0]
         covers += folded_nodes
+    gated = _input_gate(ctx, conv) if ctx.scale_conv_inputs else None
+    if gated is not None:  # squeeze-excite's x * gate, read by this conv alone: scaled as the conv loads x
+        gate_node, x, gate = gated
+        covers, run = [gate_node, *covers], [gate_node, *run]
     oc = w_shape[0]
     epilogue, _, activation, out, residual = _epilogue(ctx, out, None, residual_first=True)
     n, c = x_shape[0], x_shape[_channel_axis(conv)]
@@ -1305,11 +1312,31 @@ def _match_conv(ctx: _Context, conv: Node) -> _Match | None:
     macs = n * oc * oh * ow * (c // group) * math.prod(kernel)
     attrs = {**_spatial_attrs(conv, _spatial_shape(conv, x_shape), kernel), "group": group,
              "activation": activation, "bias": bias_name is not None, "residual": residual is not None,
-             **_layout_attr(conv)}
+             **_layout_attr(conv), **({"input_scale": True} if gated else {})}
     flops = 2 * macs + _epilogue_flops(n * oc * oh * ow, bias_name is not None, activation,
-                                       residual is not None)
-    inputs = [x, w] + [name for name in (bias_name, residual) if name is not None]
+                                       residual is not None) + (math.prod(x_shape) if gated else 0)
+    inputs = [x, w] + [name for name in (bias_name, residual, gated and gated[2]) if name]
     return _Match("conv2d", covers + epilogue, inputs, out, attrs, flops, run + epilogue, folded)
+
+
+def _input_gate(ctx: _Context, conv: Node) -> tuple[Node, str, str] | None:
+    """(the Mul, x, the gate) where the conv's input is x times a gate computed at run time, one value
+    per sample and channel ((N, C, 1, 1); NHWC (N, 1, 1, C)), and nothing else reads the product:
+    squeeze-excite's scaling of the block's activation (EfficientNet, MobileNetV3, RegNet) before
+    the projection conv. conv(x * g) with g constant over the positions is the conv of x read
+    scaled, zero padding included, so the product never goes through memory."""
+    mul = ctx.producer.get(conv.inputs[0])
+    if mul is None or mul.op_type != "Mul" or len(mul.inputs) != 2 or id(mul) in ctx.claimed \
+            or ctx.sole_user(conv.inputs[0]) is not conv:
+        return None
+    shape = ctx.shape(conv.inputs[0])
+    channels = _channel_axis(conv)
+    gate_shape = tuple(size if axis in (0, channels) else 1 for axis, size in enumerate(shape))
+    for x, gate in (mul.inputs, mul.inputs[::-1]):
+        if ctx.shape(x) == shape and ctx.shape(gate) == gate_shape and gate not in ctx.graph.constants \
+                and ctx.spec(gate).dtype == ctx.spec(x).dtype:
+            return mul, x, gate
+    return None
 
 
 def _layout_attr(node: Node) -> dict[str, str]:
@@ -1568,15 +1595,16 @@ def _to_task(ctx: _Context, match: _Match) -> Task | None:
 
 
 def partition(graph: Graph, fold_attention_transposes: bool = False, share_kv_heads: bool = False, *,
-              fuse_rotary: bool = False) -> list[Task]:
+              fuse_rotary: bool = False, scale_conv_inputs: bool = False) -> list[Task]:
     """The graph's kernel tasks in topological order (see the module docstring for the patterns).
 
     Tasks are ordered by the graph position of their last node: running glue nodes in graph order
     and each task at its last node's position respects every dependency.
     fold_attention_transposes: the backend's `folds_attention_transposes` (see the docstring).
-    share_kv_heads: the backend's `shares_kv_heads`; fuse_rotary: its `fuses_rotary` (see the docstring).
+    share_kv_heads: the backend's `shares_kv_heads`; fuse_rotary: its `fuses_rotary`; scale_conv_inputs:
+    its `scales_conv_inputs` (see the docstring).
     """
-    ctx = _Context(graph, fold_attention_transposes, share_kv_heads, fuse_rotary)
+    ctx = _Context(graph, fold_attention_transposes, share_kv_heads, fuse_rotary, scale_conv_inputs)
     placed: list[tuple[int, Task]] = []
 
     def claim(match: _Match | None) -> None:
@@ -1611,7 +1639,8 @@ def backend_tasks(graph: Graph, backend: Backend) -> tuple[Graph, list[Task]]:
         graph = channels_last(group_norms_as_ops(graph))
     graph = collapse_layout_chains(graph)
     options = dict(fold_attention_transposes=backend.folds_attention_transposes,
-                   share_kv_heads=backend.shares_kv_heads, fuse_rotary=backend.fuses_rotary)
+                   share_kv_heads=backend.shares_kv_heads, fuse_rotary=backend.fuses_rotary,
+                   scale_conv_inputs=backend.scales_conv_inputs)
     tasks = partition(graph, **options)
     split = split_projections(graph, in_tasks={id(node) for task in tasks for node in task.nodes})
     return (graph, tasks) if split is graph else (split, partition(split, **options))

@@ -74,14 +74,16 @@ class GraphBuilder:
                      opset, model_hash=f"synthetic:{self.name}")
 
     def task(self, output: str, opset: int = SYNTHETIC_OPSET, fold_attention_transposes: bool = False,
-             share_kv_heads: bool = False, fuse_rotary: bool = False) -> Task:
-        return only_task(self.graph([output], opset), fold_attention_transposes, share_kv_heads, fuse_rotary)
+             share_kv_heads: bool = False, fuse_rotary: bool = False, scale_conv_inputs: bool = False) -> Task:
+        return only_task(self.graph([output], opset), fold_attention_transposes, share_kv_heads, fuse_rotary,
+                         scale_conv_inputs)
 
 
 def only_task(graph: Graph, fold_attention_transposes: bool = False, share_kv_heads: bool = False,
-              fuse_rotary: bool = False) -> Task:
+              fuse_rotary: bool = False, scale_conv_inputs: bool = False) -> Task:
     """The one task partition makes of a synthetic graph (with a backend's partition flags)."""
-    tasks = partition(graph, fold_attention_transposes, share_kv_heads, fuse_rotary=fuse_rotary)
+    tasks = partition(graph, fold_attention_transposes, share_kv_heads, fuse_rotary=fuse_rotary,
+                      scale_conv_inputs=scale_conv_inputs)
     if len(tasks) != 1:
         kinds = ", ".join(task.kind for task in tasks) or "none"
         raise SyntheticTaskError(f"synthetic {graph.name} partitions into {len(tasks)} tasks ({kinds}), not one")
@@ -453,16 +455,19 @@ def _window_out(size: int, kernel: int, stride: int, pad: int, dilation: int = 1
 def conv2d_task(n: int, c: int, h: int, w: int, oc: int, kh: int, kw: int, dtype: str = "float32", *,
                 stride: int | Sequence[int] = 1, pad: int | Sequence[int] = 0,
                 dilation: int | Sequence[int] = 1, group: int = 1, activation: str = "none",
-                bias: bool = True, residual: bool = False, nhwc: bool = False) -> Task:
+                bias: bool = True, residual: bool = False, nhwc: bool = False, input_scale: bool = False) -> Task:
     """act(conv(x, w) + bias + residual); pad is symmetric per spatial axis; nhwc: the same task
-    on NHWC buffers (OHWI weight), as in layout.py's channels-last graph."""
+    on NHWC buffers (OHWI weight), as in layout.py's channels-last graph; input_scale: x is first
+    multiplied by a gate (N, C, 1, 1) (squeeze-excite's), which the task reads (its last input)."""
     if c % group or oc % group:
         raise SyntheticTaskError(f"group {group} must divide channels {c} and {oc}")
     (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(pad), _pair(dilation)
     builder = GraphBuilder("conv2d", dtype)
     out_shape = _layout((n, oc, _window_out(h, kh, sh, ph, dh), _window_out(w, kw, sw, pw, dw)), nhwc)
-    operands = [builder.input("x", _layout((n, c, h, w), nhwc)),
-                builder.input("w", _layout((oc, c // group, kh, kw), nhwc))]
+    x = builder.input("x", _layout((n, c, h, w), nhwc))
+    if input_scale:
+        x = builder.op("Mul", [x, builder.input("gate", _layout((n, c, 1, 1), nhwc))], _layout((n, c, h, w), nhwc))
+    operands = [x, builder.input("w", _layout((oc, c // group, kh, kw), nhwc))]
     if bias:
         operands.append(builder.input("bias", (oc,)))
     op_type, domain = _layout_op("Conv", nhwc)
@@ -470,7 +475,7 @@ def conv2d_task(n: int, c: int, h: int, w: int, oc: int, kh: int, kw: int, dtype
                    pads=[ph, pw, ph, pw], dilations=[dh, dw], group=group)
     if residual:
         y = builder.op("Add", [y, builder.input("residual", out_shape)], out_shape)
-    return builder.task(_activation(builder, y, activation))
+    return builder.task(_activation(builder, y, activation), scale_conv_inputs=input_scale)
 
 
 def _layout(nchw_shape: tuple[int, ...], nhwc: bool) -> tuple[int, ...]:

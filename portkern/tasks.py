@@ -38,10 +38,11 @@ Kinds and their kernel signatures (inputs in this order; graph layouts, kernels 
              channels (and every position), the affine per channel; [layout "nhwc": x (N,H,W,C)]
   elementwise  in0..inK (broadcastable) -> out                 attrs: expr (see partition.py)
   reduce     x -> y                                            attrs: op (sum|mean|max|min), axes, keepdims
-  conv2d     x (N,C,H,W), w (OC,C/g,KH,KW), [bias (OC,)], [residual] -> (N,OC,OH,OW)
-             out = act(conv(x, w) + bias + residual)   (ResNet's order; BN folded into w and bias)
+  conv2d     x (N,C,H,W), w (OC,C/g,KH,KW), [bias (OC,)], [residual], [gate (N,C,1,1)] -> (N,OC,OH,OW)
+             out = act(conv(x [* gate], w) + bias + residual)   (ResNet's order; BN folded into w and bias;
+             the gate: squeeze-excite's, attrs["input_scale"], for a backend with scales_conv_inputs)
              attrs: strides, pads (t,l,b,r), dilations, group, activation (as gemm's), bias, residual,
-             [layout "nhwc": x (N,H,W,C), w (OC,KH,KW,C/g), residual and out (N,OH,OW,OC); the
+             [layout "nhwc": x (N,H,W,C), w (OC,KH,KW,C/g), gate (N,1,1,C), residual and out (N,OH,OW,OC); the
              channels-last graph of layout.py, for a backend whose conv_layout is NHWC]
   pool       x (N,C,H,W) -> (N,C,OH,OW)   attrs: op (max|avg|global_avg), kernel, strides, pads,
              [layout "nhwc": x (N,H,W,C) -> (N,OH,OW,C)]

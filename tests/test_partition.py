@@ -1045,3 +1045,33 @@ def test_swiglu_multiplies_in_a_gemm_epilogue(up_first: bool) -> None:
         values.update(zip(task.output_names, task.reference([values[name] for name in task.input_names])))
     want = run_graph(graph, feeds)[graph.outputs[0]]  # in float32; the references in float64
     np.testing.assert_allclose(values[graph.outputs[0]], want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("scale_conv_inputs", [True, False])
+def test_a_squeeze_excite_gate_is_read_by_the_conv_after_it(scale_conv_inputs: bool) -> None:
+    """EfficientNet's block: x * sigmoid(gate) with the gate (N, C, 1, 1), then the projection conv.
+    On a backend whose convs scale their input (scales_conv_inputs) the product is part of the conv
+    task (its gate the last input, attrs input_scale), whose reference computes what the graph does;
+    elsewhere it stays an elementwise task."""
+    rng = np.random.default_rng(2)
+    b = GraphBuilder("squeeze_excite", "float32")
+    x = b.input("x", (2, 8, 5, 5))
+    pooled = b.op("GlobalAveragePool", [x], (2, 8, 1, 1))
+    gate = b.op("Sigmoid", [b.op("Conv", [pooled, b.constant(rng.standard_normal((8, 8, 1, 1)))], (2, 8, 1, 1),
+                                 kernel_shape=[1, 1])], (2, 8, 1, 1))
+    scaled = b.op("Mul", [x, gate], (2, 8, 5, 5))
+    out = b.op("Conv", [scaled, b.constant(rng.standard_normal((4, 8, 3, 3)))], (2, 4, 5, 5), kernel_shape=[3, 3],
+               pads=[1, 1, 1, 1])
+    graph = b.graph([out])
+    tasks = partition(graph, scale_conv_inputs=scale_conv_inputs)
+    kinds = [(task.kind, task.attr("input_scale", False)) for task in tasks]
+    if not scale_conv_inputs:
+        assert kinds == [("pool", False), ("conv2d", False), ("elementwise", False), ("conv2d", False)]
+        return
+    assert kinds == [("pool", False), ("conv2d", False), ("conv2d", True)]
+    projection = tasks[-1]
+    assert projection.input_names[0] == "x" and projection.input_names[-1] == gate
+    values = {**graph.constants, "x": rng.standard_normal((2, 8, 5, 5)).astype(np.float32)}
+    run_nodes(graph.nodes, values, graph.opset)
+    got = projection.reference([values.get(name, projection.constants.get(name)) for name in projection.input_names])[0]
+    np.testing.assert_allclose(got, values[out], rtol=1e-5, atol=1e-6)

@@ -63,8 +63,9 @@ TASKS: dict[str, list[Task]] = {
     "conv2d": [synthetic.conv2d_task(4, 64, 28, 28, 128, 3, 3, "float16", pad=1, residual=True,
                                      activation="relu"),
                synthetic.conv2d_task(8, 96, 28, 28, 96, 3, 3, "float16", stride=2, pad=1, group=96),
+               # squeeze-excite's gate on x as conv2d_nhwc loads it
                synthetic.conv2d_task(32, 64, 56, 56, 64, 3, 3, "float16", pad=1, residual=True, activation="relu",
-                                     nhwc=True)],
+                                     nhwc=True, input_scale=True)],
     "softmax": [synthetic.softmax_task(512, 1000, "float16")],
     "layernorm": [synthetic.layernorm_task(512, 768, "float16", residual=True)],  # post-norm residuals
     "rmsnorm": [synthetic.rmsnorm_task(512, 4096, "float16", residual=True)],

@@ -98,6 +98,11 @@ CASES: dict[str, list[Callable[[str], Task]]] = {
         lambda dt: synthetic.conv2d_task(1, 20, 6, 7, 33, 1, 1, dt, residual=True, activation="relu", nhwc=True),
         lambda dt: synthetic.conv2d_task(2, 6, 9, 10, 6, 3, 3, dt, stride=2, pad=1, group=6, activation="relu",
                                          residual=True, nhwc=True),
+        # squeeze-excite's gate on x (conv2d_nhwc alone): MBConv's projection (1x1, a residual after it), and
+        # a padded 3x3 (the gate must leave the zero padding zero)
+        lambda dt: synthetic.conv2d_task(2, 20, 6, 7, 24, 1, 1, dt, residual=True, nhwc=True, input_scale=True),
+        lambda dt: synthetic.conv2d_task(2, 12, 7, 6, 10, 3, 3, dt, pad=1, activation="silu", nhwc=True,
+                                         input_scale=True),
     ],
 }
 
@@ -475,6 +480,9 @@ SPLIT_K_CASES = {
         activation="sigmoid", nhwc=True), False),
     "tap_rows_relu": (lambda dt: synthetic.conv2d_task(2, 3, 11, 13, 10, 7, 7, dt, stride=2, pad=3,
                                                        activation="relu", nhwc=True), True),
+    # a squeeze-excite gate on x read along filter rows (its channel: a run's value index mod C)
+    "gated_tap_rows": (lambda dt: synthetic.conv2d_task(2, 3, 11, 13, 10, 7, 7, dt, stride=2, pad=3,
+                                                        nhwc=True, input_scale=True), True),
 }
 
 

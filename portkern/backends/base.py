@@ -160,6 +160,9 @@ class Backend(ABC):
     # it has a rotary kernel: partition then makes transformers' rotary embedding one task (tasks.py)
     # instead of Slices, Neg and Concat in glue around an elementwise task
     fuses_rotary: ClassVar[bool] = False
+    # its conv kernels scale their input per sample and channel as they load it: partition then
+    # makes squeeze-excite's x * gate before a conv part of the conv task (tasks.py, input_scale)
+    scales_conv_inputs: ClassVar[bool] = False
     # "NHWC": convolutions and pools want the channels innermost, and the graph is rewritten
     # channels-last before it is partitioned (layout.py; partition.backend_tasks)
     conv_layout: ClassVar[str] = "NCHW"

@@ -117,6 +117,7 @@ class TritonBackend(Backend):
     folds_attention_transposes = True
     shares_kv_heads = True
     fuses_rotary = True
+    scales_conv_inputs = True
     conv_layout = "NHWC"  # tensor cores read contiguous channels; cuDNN runs NHWC without transposes
 
     def __init__(self, target: Target) -> None:

@@ -212,6 +212,7 @@ def _conv2d(task: Task) -> Compute:
     activation = _ACTIVATIONS[task.attr("activation", "none")]
     top, left, bottom, right = task.attr("pads", (0, 0, 0, 0))
     has_bias, has_residual = task.attr("bias", False), task.attr("residual", False)
+    input_scale = task.attr("input_scale", False)
     symmetric = top == bottom and left == right
 
     strides, dilations, group = task.attr("strides", (1, 1)), task.attr("dilations", (1, 1)), task.attr("group", 1)
@@ -219,6 +220,8 @@ def _conv2d(task: Task) -> Compute:
 
     def compute(inputs: Sequence[torch.Tensor]) -> torch.Tensor:
         x, w, *rest = inputs
+        if input_scale:  # squeeze-excite's gate, the task's last input
+            x, rest = x * rest[-1], rest[:-1]
         bias = rest[0] if has_bias else None
         if cudnn_epilogue and x.is_cuda:
             # cuDNN's own fused epilogue: bias, residual and ReLU in the conv kernel, where torch's

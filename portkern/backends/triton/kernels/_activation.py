@@ -4,9 +4,11 @@
 
 
 def _residual_problem(task):
-    """Why the task's residual cannot be read with the output's indices, or None (before compiling)."""
-    if task.attr("residual", False) and task.inputs[-1].shape != task.outputs[0].shape:
-        return f"residual {task.inputs[-1].shape} must have the output's shape {task.outputs[0].shape}"
+    """Why the task's residual (a GEMM's or a conv's: after the two operands and the bias) cannot be
+    read with the output's indices, or None (before compiling)."""
+    residual = task.inputs[2 + int(bool(task.attr("bias", False)))] if task.attr("residual", False) else None
+    if residual is not None and residual.shape != task.outputs[0].shape:
+        return f"residual {residual.shape} must have the output's shape {task.outputs[0].shape}"
     return None
 
 

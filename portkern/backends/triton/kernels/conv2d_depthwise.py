@@ -25,7 +25,7 @@ def constraints(task, config, target):
     channels, group = _nchw_shape(task, task.inputs[0].shape)[1], int(task.attr("group", 1))
     if group != channels:
         return f"not depthwise: group {group} != {channels} input channels"
-    if problem := _residual_problem(task):
+    if problem := _residual_problem(task) or _unscaled_input_problem(task):
         return problem
     threads = config["num_warps"] * target.profile.warp_size
     if config["BLOCK_P"] * config["BLOCK_C"] > VALUES_PER_THREAD * threads:

@@ -25,7 +25,7 @@ ACCUMULATOR_PER_THREAD = 64  # fp32 values
 
 
 def constraints(task, config, target):
-    if problem := _residual_problem(task):
+    if problem := _residual_problem(task) or _unscaled_input_problem(task):
         return problem
     threads = config["num_warps"] * target.profile.warp_size
     # the gather's per-element indices take registers too: 128x128 over 4 warps spilled on an H200

@@ -108,13 +108,16 @@ def _nhwc_epilogue_store(acc, o_ptr, bias_ptr, res_ptr, n, oh, ow, oc, pixel_ok,
 
 
 @triton.jit
-def _conv2d_nhwc(x_ptr, w_ptr, o_ptr, ws_ptr, bias_ptr, res_ptr, C_G, H, W, OC_G, OH, OW, P, KW,
+def _conv2d_nhwc(x_ptr, w_ptr, o_ptr, ws_ptr, bias_ptr, res_ptr, gate_ptr, C_G, H, W, OC_G, OH, OW, P, KW,
                  stride_h, stride_w, pad_t, pad_l, dil_h, dil_w, k_steps, inner_steps, split_steps,
-                 sx_n, sx_h, sx_w, sw_o, so_n, so_h, so_w, sr_n, sr_h, sr_w,
+                 sx_n, sx_h, sx_w, sw_o, so_n, so_h, so_w, sr_n, sr_h, sr_w, sg_n,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                  ACTIVATION: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-                 TAP_ROWS: tl.constexpr, SPLIT_K: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """inner_steps: K steps per tap, or with TAP_ROWS per filter row; split_steps: K steps per split."""
+                 INPUT_SCALE: tl.constexpr, TAP_ROWS: tl.constexpr, SPLIT_K: tl.constexpr,
+                 DOT_PRECISION: tl.constexpr):
+    """inner_steps: K steps per tap, or with TAP_ROWS per filter row; split_steps: K steps per split.
+    INPUT_SCALE: x is read times the gate (N, 1, 1, C) of its sample and channel, rounded to x's
+    dtype as the model's product is (squeeze-excite; zero padding stays zero)."""
     group = tl.program_id(1)
     block_m, block_n = _swizzle(tl.program_id(0), P, OC_G, BLOCK_M, BLOCK_N, GROUP_M)
     pixels = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -127,6 +130,7 @@ def _conv2d_nhwc(x_ptr, w_ptr, o_ptr, ws_ptr, bias_ptr, res_ptr, C_G, H, W, OC_G
     top = oh * stride_h - pad_t
     left = ow * stride_w - pad_l
     x_rows = x_ptr + n.to(tl.int64) * sx_n + group * C_G
+    gate_rows = gate_ptr + n.to(tl.int64) * sg_n + group * C_G
     oc = group * OC_G + channels
     w_cols = w_ptr + oc.to(tl.int64) * sw_o
     ks = tl.arange(0, BLOCK_K)
@@ -146,6 +150,8 @@ def _conv2d_nhwc(x_ptr, w_ptr, o_ptr, ws_ptr, bias_ptr, res_ptr, C_G, H, W, OC_G
             iw = left[:, None] + (js // C_G)[None, :]
             inside = (pixel_ok & (ih >= 0) & (ih < H))[:, None] & (iw >= 0) & (iw < W) & k_ok[None, :]
             a = tl.load((x_rows + ih * sx_h + left * sx_w)[:, None] + js[None, :], mask=inside, other=0.0)
+            if INPUT_SCALE:
+                a = _gated(a, gate_rows, js % C_G, pixel_ok[:, None] & k_ok[None, :])
             b = tl.load(w_cols[None, :] + (kh * KW * C_G + js)[:, None], mask=k_ok[:, None] & channel_ok[None, :],
                         other=0.0)
         else:
@@ -157,6 +163,8 @@ def _conv2d_nhwc(x_ptr, w_ptr, o_ptr, ws_ptr, bias_ptr, res_ptr, C_G, H, W, OC_G
             inside = pixel_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
             a = tl.load((x_rows + ih * sx_h + iw * sx_w)[:, None] + cs[None, :],
                         mask=inside[:, None] & c_ok[None, :], other=0.0)
+            if INPUT_SCALE:
+                a = _gated(a, gate_rows, cs, pixel_ok[:, None] & c_ok[None, :])
             b = tl.load(w_cols[None, :] + (tap * C_G + cs)[:, None], mask=c_ok[:, None] & channel_ok[None, :],
                         other=0.0)
         acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
@@ -166,6 +174,13 @@ def _conv2d_nhwc(x_ptr, w_ptr, o_ptr, ws_ptr, bias_ptr, res_ptr, C_G, H, W, OC_G
     else:
         _nhwc_epilogue_store(acc, o_ptr, bias_ptr, res_ptr, n, oh, ow, oc, pixel_ok, channel_ok, so_n, so_h, so_w,
                              sr_n, sr_h, sr_w, ACTIVATION, HAS_BIAS, HAS_RESIDUAL)
+
+
+@triton.jit
+def _gated(a, gate_rows, channels, mask):
+    """The A tile times each pixel's sample's gate at its channels, in x's dtype."""
+    gate = tl.load(gate_rows[:, None] + channels[None, :], mask=mask, other=0.0)
+    return (a.to(tl.float32) * gate.to(tl.float32)).to(a.dtype)
 
 
 @triton.jit
@@ -198,6 +213,8 @@ def launch(task, config, inputs, outputs):
     out_h, out_w = out.shape[1], out.shape[2]
     (stride_h, stride_w), (pad_t, pad_l), (dil_h, dil_w), groups = _conv_attrs(task)
     has_bias, has_residual, bias, residual = _epilogue_operands(task, inputs, x)
+    input_scale = bool(task.attr("input_scale", False))
+    gate = inputs[-1] if input_scale else x
     pixels = batch * out_h * out_w
     oc_per_group = out_channels // groups
     sx = _channel_contiguous(x, "input")
@@ -214,11 +231,11 @@ def launch(task, config, inputs, outputs):
     sr = _channel_contiguous(residual, "residual") if has_residual else (0, 0, 0)
     epilogue = {"ACTIVATION": task.attr("activation", "none"), "HAS_BIAS": has_bias, "HAS_RESIDUAL": has_residual}
     grid = (triton.cdiv(pixels, bm) * triton.cdiv(oc_per_group, bn), groups, split_k)
-    _conv2d_nhwc[grid](x, w, out, workspace, bias, residual, channels_per_group, height, width, oc_per_group, out_h,
-                       out_w, pixels, kernel_w, stride_h, stride_w, pad_t, pad_l, dil_h, dil_w,
-                       k_steps, inner_steps, split_steps, *sx, sw_o, *so, *sr,
+    _conv2d_nhwc[grid](x, w, out, workspace, bias, residual, gate, channels_per_group, height, width, oc_per_group,
+                       out_h, out_w, pixels, kernel_w, stride_h, stride_w, pad_t, pad_l, dil_h, dil_w,
+                       k_steps, inner_steps, split_steps, *sx, sw_o, *so, *sr, gate.stride(0),
                        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=config["GROUP_M"], **epilogue,
-                       TAP_ROWS=config["TAP_ROWS"], SPLIT_K=split_k, DOT_PRECISION=DOT_PRECISION,
+                       INPUT_SCALE=input_scale, TAP_ROWS=config["TAP_ROWS"], SPLIT_K=split_k, DOT_PRECISION=DOT_PRECISION,
                        num_warps=config["num_warps"], num_stages=config["num_stages"])
     if split_k > 1:
         grid = (triton.cdiv(pixels, bm), triton.cdiv(oc_per_group, bn), groups)
