@@ -30,6 +30,7 @@ from portkern.synthetic import (
     conv2d_task,
     elementwise_task,
     gemm_task,
+    groupnorm_task,
     layernorm_task,
     pool_task,
     rmsnorm_task,
@@ -72,6 +73,12 @@ GATE_CASES: list[tuple[str, Callable[[], Task], dict[str, Any]]] = [
     # post-norms: a residual added after the norm, a second stream of tiles
     ("layernorm-fp16-residual", lambda: layernorm_task(37, 100, "float16", residual=True), {"ROWS": 4}),
     ("rmsnorm-fp32-residual", lambda: rmsnorm_task(3, 5, "float32", residual=True), {}),
+    # group norms: torch's export then SiLU, groups of 4 channels x 35 positions; a group per channel (wav2vec2's)
+    ("groupnorm-fp16-silu", lambda: groupnorm_task(2, 12, (5, 7), 3, "float16", activation="silu"), {"BLOCK": 512}),
+    ("groupnorm-fp32-per-channel", lambda: groupnorm_task(1, 6, (40,), 6, "float32", form="op"), {"BLOCK": 512}),
+    # groups of 1300 values walked in chunks of 512 (the last a tail), a mean of 50 in the gate's 'large' draw
+    ("groupnorm-fp32-chunks-gelu", lambda: groupnorm_task(2, 8, (26, 25), 4, "float32", activation="gelu"),
+     {"BLOCK": 512}),
     ("gemm-fp32", lambda: gemm_task(37, 45, 29, "float32"), {"BLOCK_M": 64, "BLOCK_N": 64}),
     ("gemm-fp16-bias-transb", lambda: gemm_task(37, 45, 29, "float16", bias=True, trans_b=True),
      {"BLOCK_M": 64, "BLOCK_N": 64}),
