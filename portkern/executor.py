@@ -1626,28 +1626,42 @@ def _resize_plan(node: Node, inputs: Inputs, x: np.ndarray, opset: int
     return axes, outs, scales, roi
 
 
+def resize_transform(node: Node, opset: int) -> str:
+    """A Resize's coordinate_transformation_mode (Upsample's and opset 10's: asymmetric)."""
+    if node.op_type == "Upsample" or opset < 11:
+        return "asymmetric"
+    return _attr(node, "coordinate_transformation_mode", "half_pixel")
+
+
+def resize_matrices(node: Node, inputs: Inputs, x: np.ndarray, opset: int) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """Per resized axis of x (only its shape is read): (the axis, its interpolation matrix (out,
+    in), the source coordinates): a Resize is these applied one axis after another (the device glue
+    applies the same matrices)."""
+    legacy = node.op_type == "Upsample" or opset < 11
+    mode = _attr(node, "mode", "nearest")
+    mode = "linear" if mode in ("bilinear", "trilinear") else mode
+    transform = resize_transform(node, opset)
+    nearest_mode = "floor" if legacy else _attr(node, "nearest_mode", "round_prefer_floor")
+    plans = []
+    for axis, size, scale, roi in zip(*_resize_plan(node, inputs, x, opset)):
+        coords = _source_coords(transform, size, x.shape[axis], scale, roi)
+        plans.append((axis, _resize_matrix(node, coords, x.shape[axis], scale, mode, nearest_mode), coords))
+    return plans
+
+
 @_register("Resize", "Upsample")
 def _resize(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
     """Separable: one interpolation matrix per resized axis, applied with a tensordot."""
     x = inputs[0]
     assert x is not None
-    legacy = node.op_type == "Upsample" or opset < 11
-    mode = _attr(node, "mode", "nearest")
-    mode = "linear" if mode in ("bilinear", "trilinear") else mode
-    transform = "asymmetric" if legacy else _attr(node, "coordinate_transformation_mode",
-                                                  "half_pixel")
-    nearest_mode = "floor" if legacy else _attr(node, "nearest_mode", "round_prefer_floor")
     out = x.astype(np.float64)
     outside: np.ndarray | None = None  # tf_crop_and_resize: where a coordinate left the input
-    for axis, size, scale, roi in zip(*_resize_plan(node, inputs, x, opset)):
-        in_len = x.shape[axis]
-        coords = _source_coords(transform, size, in_len, scale, roi)
-        matrix = _resize_matrix(node, coords, in_len, scale, mode, nearest_mode)
+    for axis, matrix, coords in resize_matrices(node, inputs, x, opset):
         out = np.moveaxis(np.tensordot(matrix, out, axes=([1], [axis])), 0, axis)
-        if transform == "tf_crop_and_resize":
-            beyond = (coords < 0) | (coords > in_len - 1)
+        if resize_transform(node, opset) == "tf_crop_and_resize":
+            beyond = (coords < 0) | (coords > x.shape[axis] - 1)
             shape = [1] * x.ndim
-            shape[axis] = size
+            shape[axis] = len(coords)
             beyond = beyond.reshape(shape)
             outside = beyond if outside is None else outside | beyond
     if outside is not None:

@@ -4,7 +4,8 @@
 ONNX convolutions and pools are NCHW. Tensor cores want NHWC: an implicit GEMM then reads BLOCK_K
 contiguous channels of each pixel, and cuDNN runs its NHWC kernels without transposing around each
 conv (0.45 ms of ResNet-50's 5.15 ms on the H200 in the 2026-12-03 profile). `channels_last`
-rewrites each connected stretch of layout-sensitive ops (Conv, pools, BatchNormalization) and the
+rewrites each connected stretch of layout-sensitive ops (Conv, pools, BatchNormalization, GroupNormalization,
+Resize) and the
 elementwise ops and channel Concats between them into NHWC, with one Transpose where the stretch
 meets the rest:
 
@@ -34,7 +35,8 @@ TO_NCHW = (0, 3, 1, 2)  # NHWC -> NCHW, and OHWI -> OIHW
 
 NHWC_OPS = {"Conv": "NhwcConv", "MaxPool": "NhwcMaxPool", "AveragePool": "NhwcAveragePool",
             "GlobalAveragePool": "NhwcGlobalAveragePool", "GlobalMaxPool": "NhwcGlobalMaxPool",
-            "BatchNormalization": "NhwcBatchNormalization", "GroupNormalization": "NhwcGroupNormalization"}
+            "BatchNormalization": "NhwcBatchNormalization", "GroupNormalization": "NhwcGroupNormalization",
+            "Resize": "NhwcResize"}
 ONNX_OF = {nhwc: onnx for onnx, nhwc in NHWC_OPS.items()}
 # the inputs of each layout op that are in NHWC (OHWI for the weight); the others (bias, BN's
 # per-channel parameters) are laid out as in ONNX

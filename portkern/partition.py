@@ -105,7 +105,8 @@ from .executor import _explicit_pads, one_axis_cut
 from .ir import Graph, Node, TensorSpec, connected_groups
 from .layout import NHWC_OPS, ONNX_OF, channels_last, conv1d_as_2d, is_channels_last
 from .rewrites import (GroupNorm, collapse_layout_chains, einsums_as_matmuls, fold_column_affines, fold_pads_into_convs,
-                       group_norm_at, group_norms_as_ops, query_scales, reassociate_residuals, split_projections)
+                       drop_identity_arithmetic, group_norm_at, group_norms_as_ops, query_scales, reassociate_residuals,
+                       split_projections)
 from .tasks import EXPRESSION_ACTIVATIONS, FLOAT_DTYPES, Task, freeze_attrs
 
 if TYPE_CHECKING:
@@ -1634,7 +1635,7 @@ def backend_tasks(graph: Graph, backend: Backend) -> tuple[Graph, list[Task]]:
     one projection per part (rewrites.py), except where a task reads the cut in place (the Slices
     of a partial rotary task)."""
     graph = reassociate_residuals(fold_column_affines(conv1d_as_2d(fold_pads_into_convs(
-        query_scales(einsums_as_matmuls(graph))))))
+        query_scales(einsums_as_matmuls(drop_identity_arithmetic(graph)))))))
     if backend.conv_layout == "NHWC":  # (its glue is torch's and the executor's, not onnxruntime's)
         graph = channels_last(group_norms_as_ops(graph))
     graph = collapse_layout_chains(graph)

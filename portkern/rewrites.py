@@ -47,6 +47,11 @@ and, on a channels-last backend, it cuts the NHWC stretch, costing two Transpose
 (MobileNetV2: 52 Pads and 104 Transposes between its tasks on h200). Every conv kernel takes uneven
 pads: they read the input at top/left offsets and treat rows and columns past its end as zeros.
 
+drop_identity_arithmetic: x * 1, x / 1, x + 0 and x - 0 (exactly, by a scalar constant, the
+output x's own shape and dtype) are no nodes: their readers read x (diffusers divides each ResNet
+block's output by output_scale_factor = 1.0, an elementwise task that also hid the residual add
+before it from the conv's epilogue).
+
 query_scales: a scale on attention scores that is one constant per query row (Swin V2 multiplies
 its cosine scores by exp(logit_scale), one per head) moves onto the queries, (q k^T) c = (q c) k^T:
 the scores' product, its bias and softmax are then one attention task (a scalar scale is the
@@ -348,6 +353,41 @@ def reassociate_residuals(graph: Graph) -> Graph:
     return with_nodes(graph, nodes, values, graph.constants)
 
 
+def drop_identity_arithmetic(graph: Graph) -> Graph:
+    """Every Mul or Div by exactly 1 and Add or Sub of exactly 0 (a scalar constant) that gives its
+    input back unchanged in shape and dtype, gone: its readers read the input. Diffusers' ResNet
+    blocks divide their output by output_scale_factor = 1.0; as a task that is a copy of the
+    activation, and it hid the residual add before it from the conv's epilogue. The graph itself
+    where there is none."""
+    replaced: dict[str, str] = {}  # an identity's output -> its input (itself resolved)
+    kept: list[Node] = []
+    for node in graph.nodes:
+        source = _identity_operand(graph, node)
+        if source is None or node.outputs[0] in graph.outputs:
+            kept.append(node)
+        else:
+            replaced[node.outputs[0]] = replaced.get(source, source)
+    if not replaced:
+        return graph
+    nodes = [replace(node, inputs=[replaced.get(name, name) for name in node.inputs]) for node in kept]
+    return with_nodes(graph, nodes, graph.values, graph.constants)
+
+
+def _identity_operand(graph: Graph, node: Node) -> str | None:
+    """The operand x where `node` computes x * 1, 1 * x, x / 1, x + 0, 0 + x or x - 0 exactly."""
+    if node.op_type not in ("Mul", "Div", "Add", "Sub") or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
+        return None
+    neutral = 1.0 if node.op_type in ("Mul", "Div") else 0.0
+    sides = (0, 1) if node.op_type in ("Mul", "Add") else (0,)
+    for side in sides:
+        x, constant = node.inputs[side], graph.constants.get(node.inputs[1 - side])
+        if constant is not None and constant.size == 1 and constant.dtype.kind == "f" \
+                and float(constant.reshape(())) == neutral and x not in graph.constants \
+                and graph.values[x] == graph.values[node.outputs[0]]:
+            return x
+    return None
+
+
 def query_scales(graph: Graph) -> Graph:
     """Every attention score scale that is one per query row (Swin V2's exp(logit_scale), one per
     head, on its cosine scores) moved from the scores onto the queries: (q k^T) * c = (q * c) k^T
@@ -401,7 +441,7 @@ def _reaches_softmax(graph: Graph, consumers: dict[str, list[Node]], value: str,
     return False
 
 
-_LAYOUT_OPS = ("Transpose", "Reshape", "Flatten")
+_LAYOUT_OPS = ("Transpose", "Reshape", "Flatten", "Unsqueeze", "Squeeze")
 
 
 def einsums_as_matmuls(graph: Graph) -> Graph:
@@ -555,7 +595,7 @@ def _spatial_zero_pads(graph: Graph, node: Node) -> list[int] | None:
 
 
 def collapse_layout_chains(graph: Graph) -> Graph:
-    """Every maximal chain of Transposes, Reshapes and Flattens (each value in it read only by the
+    """Every maximal chain of Transposes, Reshapes, Flattens, Unsqueezes and Squeezes (each value in it read only by the
     next, none a graph output) that only reshapes its input, as one Reshape under the chain's output
     name (see the module docstring); as nothing where it gives its input's shape back and the
     input's producer can make the chain's output instead. The graph itself where there is none."""

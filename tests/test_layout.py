@@ -148,6 +148,23 @@ def test_group_norms_run_channels_last_between_convolutions() -> None:
         ("conv2d", None), ("groupnorm", None), ("conv2d", None)]
 
 
+def test_an_upsample_between_convolutions_stays_channels_last() -> None:
+    """A UNet's or an FPN's nearest 2x upsampling (Resize) between convs: NhwcResize in the stretch
+    (run as Resize on permuted views), one Transpose each way, the same outputs."""
+    rng = np.random.default_rng(3)
+    b = GraphBuilder("upsample", "float32")
+    conv = b.op("Conv", [b.input("x", (1, 4, 5, 6)), b.constant(rng.standard_normal((4, 4, 1, 1)))], (1, 4, 5, 6),
+                kernel_shape=[1, 1])
+    up = b.op("Resize", [conv, b.constant(np.zeros(0)), b.constant(np.array([1.0, 1.0, 2.0, 2.0]))], (1, 4, 10, 12),
+              mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    out = b.op("Conv", [up, b.constant(rng.standard_normal((3, 4, 3, 3)))], (1, 3, 10, 12), kernel_shape=[3, 3],
+               pads=[1, 1, 1, 1])
+    graph = b.graph([out], opset=13)
+    nhwc = channels_last(graph)
+    assert [node.op_type for node in nhwc.nodes] == ["Transpose", "NhwcConv", "NhwcResize", "NhwcConv", "Transpose"]
+    _same_outputs(graph, nhwc)
+
+
 def test_a_graph_without_convolutions_is_left_as_it_is() -> None:
     b = GraphBuilder("pool_only", "float32")
     graph = b.graph([b.op("MaxPool", [b.input("x", (1, 2, 4, 4))], (1, 2, 2, 2), kernel_shape=[2, 2],

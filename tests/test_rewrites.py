@@ -11,7 +11,8 @@ from portkern.executor import run_graph
 from portkern.hwprofile import load_target
 from portkern.ir import Graph, Node, TensorSpec
 from portkern.partition import backend_tasks
-from portkern.rewrites import (MIN_PART, collapse_layout_chains, einsums_as_matmuls, fold_column_affines, query_scales,
+from portkern.rewrites import (MIN_PART, collapse_layout_chains, drop_identity_arithmetic, einsums_as_matmuls,
+                               fold_column_affines, query_scales,
                                fold_pads_into_convs, reassociate_residuals, split_projections)
 from portkern.synthetic import GraphBuilder
 
@@ -495,3 +496,39 @@ def test_a_per_row_score_scale_moves_onto_the_queries(softmax: bool) -> None:
     assert moved.nodes[0].inputs[0] == "q" and moved.nodes[1].outputs == [scores]
     feeds = {"q": rng.standard_normal((2, 3, 5, 4)).astype(np.float32), "k": rng.standard_normal((2, 3, 4, 7)).astype(np.float32)}
     np.testing.assert_allclose(run_graph(moved, feeds)[out], run_graph(graph, feeds)[out], rtol=1e-5, atol=1e-7)
+
+
+def test_arithmetic_that_changes_nothing_is_no_node() -> None:
+    """Diffusers' ResNet block divides its output by output_scale_factor = 1.0: x / 1, x * 1, 0 + x
+    and x - 0 are their input (their readers read it); x / 2, 1 / x, a broadcasting + 0 and an
+    identity that is the graph's output stay."""
+    b = GraphBuilder("identities", "float32")
+    x = b.input("x", (2, 3))
+    y = b.op("Div", [x, b.constant(1.0)], (2, 3))
+    y = b.op("Mul", [b.constant(np.float32(1.0)), y], (2, 3))
+    y = b.op("Sub", [b.op("Add", [b.constant(0.0), y], (2, 3)), b.constant(0.0)], (2, 3))
+    kept = [b.op("Div", [y, b.constant(2.0)], (2, 3)), b.op("Div", [b.constant(1.0), y], (2, 3)),
+            b.op("Add", [b.input("row", (3,)), b.constant(np.zeros((2, 3)))], (2, 3))]
+    last = b.op("Mul", [kept[0], b.constant(1.0)], (2, 3))
+    graph = b.graph([*kept[1:], last])
+    dropped = drop_identity_arithmetic(graph)
+    assert [node.op_type for node in dropped.nodes] == ["Div", "Div", "Add", "Mul"]
+    assert dropped.nodes[0].inputs[0] == "x" and dropped.nodes[1].inputs[1] == "x"
+    feeds = {"x": np.arange(6, dtype=np.float32).reshape(2, 3) + 1, "row": np.ones(3, np.float32)}
+    for name in graph.outputs:
+        np.testing.assert_array_equal(run_graph(dropped, feeds)[name], run_graph(graph, feeds)[name])
+
+
+def test_unsqueezes_and_a_transpose_that_keep_the_order_are_one_view() -> None:
+    """Diffusers' time embedding (N, C) -> Unsqueeze -> Unsqueeze -> (N, C, 1, 1), transposed to
+    (N, 1, 1, C) for the channels-last graph: the same elements in the same order, one Reshape."""
+    b = GraphBuilder("temb", "float32")
+    t = b.input("t", (2, 8))
+    u = b.op("Unsqueeze", [b.op("Unsqueeze", [t, b.constant(np.array([2]), "int64")], (2, 8, 1)),
+                           b.constant(np.array([3]), "int64")], (2, 8, 1, 1))
+    out = b.op("Transpose", [u], (2, 1, 1, 8), perm=[0, 2, 3, 1])
+    graph = b.graph([b.op("Relu", [out], (2, 1, 1, 8))])
+    collapsed = collapse_layout_chains(graph)
+    assert [node.op_type for node in collapsed.nodes] == ["Reshape", "Relu"]
+    feeds = {"t": np.arange(16, dtype=np.float32).reshape(2, 8)}
+    np.testing.assert_array_equal(run_graph(collapsed, feeds)[graph.outputs[0]], run_graph(graph, feeds)[graph.outputs[0]])

@@ -55,6 +55,10 @@ def _ints(*values: int) -> np.ndarray:
     return np.array(values, dtype=np.int64)
 
 
+def _f32s(*values: float) -> np.ndarray:
+    return np.array(values, dtype=np.float32)
+
+
 def _cases() -> list[Any]:
     """(op, attrs, data inputs, constant inputs, number of outputs, opset, tolerance); a name ''
     in the input order marks an omitted optional input. Data inputs are device tensors, constants
@@ -181,6 +185,7 @@ def _cases() -> list[Any]:
         *_activation_cases(rng, x3),
         *_data_movement_cases(rng, x3, x4),
         *_reduction_and_normalization_cases(rng, x3, x4),
+        *_resize_cases(rng, x4, nhwc),
     ]
     return [pytest.param(*rest, id=case_id) for case_id, *rest in cases]
 
@@ -258,6 +263,30 @@ def _data_movement_cases(rng: np.random.Generator, x3: np.ndarray, x4: np.ndarra
         ("cumsum-axis-computed", "CumSum", {"reverse": 1}, {"x": x3, "axis": np.array([0], np.int64)}, {},
          1, 14, 1e-5),
         ("cumprod-exclusive", "CumProd", {"exclusive": 1}, {"x": 1 + x3 / 4}, {"axis": np.int64(-1)}, 1, 26, 1e-5),
+    ]
+
+
+def _resize_cases(rng: np.random.Generator, x4: np.ndarray, nhwc: np.ndarray) -> list[Any]:
+    """Resize as models use it (torch's nearest and bilinear upsampling, sizes, downscaling, cubic,
+    float16, integers, the NHWC op of a channels-last graph) and Upsample (opset 9)."""
+    empty = np.zeros(0, np.float32)
+    nearest = {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
+    return [
+        ("resize-nearest-2x", "Resize", nearest, {"x": x4}, {"roi": empty, "scales": _f32s(1, 1, 2, 2)}, 1, 13, 0),
+        ("resize-linear-sizes", "Resize", {"mode": "linear"}, {"x": x4},
+         {"roi": empty, "scales": empty, "sizes": _ints(2, 4, 13, 5)}, 1, 13, 1e-5),
+        ("resize-linear-align-corners-down", "Resize", {"mode": "linear", "coordinate_transformation_mode": "align_corners"},
+         {"x": x4}, {"roi": empty, "scales": _f32s(1, 1, 0.5, 0.75)}, 1, 13, 1e-5),
+        ("resize-cubic-pytorch-half-pixel", "Resize", {"mode": "cubic", "coordinate_transformation_mode":
+                                                       "pytorch_half_pixel"}, {"x": x4},
+         {"roi": empty, "scales": _f32s(1, 1, 1.5, 2)}, 1, 13, 1e-5),
+        ("resize-nearest-fp16", "Resize", {}, {"x": x4.astype(np.float16)}, {"roi": empty, "scales": _f32s(1, 1, 2, 3)},
+         1, 13, 0),
+        ("resize-linear-int", "Resize", {"mode": "linear"}, {"x": np.arange(24, dtype=np.int32).reshape(1, 2, 3, 4)},
+         {"roi": empty, "scales": _f32s(1, 1, 2, 2)}, 1, 13, 0),
+        ("nhwc-resize-nearest", "NhwcResize", nearest, {"x": nhwc}, {"roi": empty, "scales": _f32s(1, 1, 2, 2)},
+         1, 13, 0),
+        ("upsample-opset9", "Upsample", {"mode": "nearest"}, {"x": x4}, {"scales": _f32s(1, 1, 2, 2)}, 1, 9, 0),
     ]
 
 

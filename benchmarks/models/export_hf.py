@@ -39,7 +39,8 @@ over all heads), starcoder2, granite (embedding, attention, residual and logit m
 (squared ReLU, LayerNorm with weight + 1), persimmon (LayerNorm of each head's q and k), biogpt, xglm
 (scores clamped at float32's lowest by Max, probabilities viewed 4-D and back), mpt (ALiBi); and
 mobilebert (bottlenecks, NoNorm), electra, deit at 192 wide, resnet (depths 1-1-1-1), bit (Big
-Transfer: GroupNorm of 32 groups then ReLU before each weight-standardized conv, depths 1-1-1-1). Cohere's and
+Transfer: GroupNorm of 32 groups then ReLU before each weight-standardized conv, depths 1-1-1-1).
+With --models sd_unet (needs diffusers): a small Stable Diffusion UNet (_sd_unet). Cohere's and
 Mixtral's exports fail in the legacy exporter itself (a shape assertion; aten::histc), so they are not here.
 Each is eager attention, opset 17, the legacy exporter.
 """
@@ -119,6 +120,34 @@ def _audio(model: torch.nn.Module) -> Entry:
     return _Field(model, "last_hidden_state"), (torch.randn(1, 16000),), "input_values", "last_hidden_state"
 
 
+class _UNetSample(torch.nn.Module):
+    """A diffusers UNet's denoised sample for (sample, timestep, the text encoder's states)."""
+
+    def __init__(self, unet: torch.nn.Module) -> None:
+        super().__init__()
+        self.unet = unet
+
+    def forward(self, sample: torch.Tensor, timestep: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+        return self.unet(sample, timestep, encoder_hidden_states=states).sample
+
+
+def _sd_unet() -> Entry:
+    """diffusers' UNet2DConditionModel (Stable Diffusion's), two blocks 64/128 wide, 32 groups, cross-
+    attention to 77 states of width 64; batch 2 (classifier-free guidance), 32x32 latents. Needs
+    diffusers (pip install diffusers), which portkern does not: not among the default models."""
+    try:
+        import diffusers
+    except ImportError as error:
+        raise SystemExit(f"sd_unet needs diffusers ({error}): pip install diffusers") from None
+    unet = diffusers.UNet2DConditionModel(
+        sample_size=32, in_channels=4, out_channels=4, layers_per_block=1, block_out_channels=(64, 128),
+        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+        cross_attention_dim=64, attention_head_dim=8, norm_num_groups=32)
+    return (_UNetSample(unet), (torch.randn(2, 4, 32, 32), torch.tensor([10, 10]), torch.randn(2, 77, 64)), "sample",
+            "denoised")
+
+
+OPTIONAL = {"sd_unet": _sd_unet}  # models whose library portkern does not install (--models names them)
 MODELS: dict[str, Callable[[], Entry]] = {
     "gpt2": lambda: _decoder(transformers.GPT2LMHeadModel(_eager(transformers.GPT2Config(
         n_layer=2, n_embd=256, n_head=4, vocab_size=2000, n_positions=256)))),
@@ -252,7 +281,7 @@ MODELS: dict[str, Callable[[], Entry]] = {
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="folder for NAME.onnx")
-    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated (default: all but {', '.join(OPTIONAL)})")
     parser.add_argument("--dtype", default="float32", choices=("float32", "float16"),
                         help="the weights' and float inputs' dtype (float16: as a GPU user exports; its casts "
                              "around softmax and norms are what partition has to see through)")
@@ -262,7 +291,7 @@ def main() -> int:
     dtype = getattr(torch, args.dtype)
     for name in args.models.split(","):
         torch.manual_seed(0)
-        module, inputs, input_name, output_name = MODELS[name]()
+        module, inputs, input_name, output_name = {**MODELS, **OPTIONAL}[name]()
         module = calibrate_batch_norms(module, inputs).to(dtype)
         inputs = tuple(x.to(dtype) if x.is_floating_point() else x for x in inputs)
         with torch.no_grad(), warnings.catch_warnings():

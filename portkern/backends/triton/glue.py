@@ -32,7 +32,8 @@ import torch.nn.functional as F
 
 from ...errors import UnsupportedOpError
 from ...executor import (OPS, _attr, _coerced_2d, _conv_geometry, _ints, _onnx_dtype, _opt, _pool_geometry,
-                         _reduce_axes, _stash_dtype, depth_space_plan, pad_arguments, slice_arguments)
+                         _reduce_axes, _stash_dtype, depth_space_plan, pad_arguments, resize_matrices,
+                         slice_arguments)
 from ...ir import Node
 from ...layout import ONNX_OF, is_channels_last, nchw_node, run_as_nchw
 from ...onnx_import import VALUE_SHAPED_INPUTS
@@ -472,6 +473,32 @@ def _group_norm(node: Node, inputs: list[Any], context: GlueContext) -> list[tor
     return [(normed * scale.reshape(shape) + bias.reshape(shape)).to(x.dtype)]
 
 
+_RESIZE_MATRICES: dict[tuple[Any, ...], list[tuple[int, torch.Tensor]]] = {}
+
+
+@_register("Resize", "Upsample")
+def _resize(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """Separable, by the executor's own interpolation matrices (resize_matrices: every mode and
+    coordinate transform, from shapes and the node alone), applied on the device one axis after
+    another in float32 (float64 for the gate's reference; integers rounded back, as the executor
+    does). The matrices are made once per node and shape, so a run replays in a CUDA graph; an axis
+    left as it is costs nothing. UNets' and FPNs' upsampling ran on the host before: a round trip."""
+    x = inputs[0]
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    key = (node.name, node.op_type, repr(sorted(node.attrs.items())), tuple(x.shape), context.opset, str(x.device),
+           work, *(None if value is None else np.asarray(value).tobytes() for value in inputs[1:]))
+    if key not in _RESIZE_MATRICES:
+        plans = resize_matrices(node, [_stand_in(x), *inputs[1:]], _stand_in(x), context.opset)
+        _RESIZE_MATRICES[key] = [(axis, torch.as_tensor(matrix, dtype=work, device=x.device))
+                                 for axis, matrix, _ in plans
+                                 if not (matrix.shape[0] == matrix.shape[1] and np.array_equal(matrix, np.eye(len(matrix))))]
+    out = x.to(work)
+    with float32_contractions():
+        for axis, matrix in _RESIZE_MATRICES[key]:
+            out = torch.movedim(torch.tensordot(matrix, out, dims=([1], [axis])), 0, axis)
+    return [out.to(x.dtype) if x.is_floating_point() else torch.round(out).to(x.dtype)]
+
+
 @_register("LRN")
 def _lrn(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
     """Each channel's window is the (size - 1) // 2 channels before it and the rest after (ONNX;
@@ -588,6 +615,8 @@ LIMITS: dict[str, Callable[[Node], str | None]] = {
                                  else None),
     "Dropout": lambda node: "a training_mode input" if len(node.inputs) > 2 and node.inputs[2] else None,
     "Cast": _cast_limit,
+    "Resize": lambda node: ("tf_crop_and_resize's extrapolation"
+                            if _attr(node, "coordinate_transformation_mode", "") == "tf_crop_and_resize" else None),
 }
 
 
@@ -611,7 +640,8 @@ class _GlueCall:
     def __init__(self, node: Node, constants: Mapping[str, np.ndarray], device_constant: Callable[[str], torch.Tensor],
                  context: GlueContext) -> None:
         self.node, self.context, self.op = node, context, GLUE[node.op_type]
-        self.host_slots = frozenset(VALUE_SHAPED_INPUTS.get(node.op_type, ()) + HOST_INPUTS.get(node.op_type, ()))
+        onnx_type = nchw_node(node).op_type if is_channels_last(node) else node.op_type  # NhwcResize reads Resize's
+        self.host_slots = frozenset(VALUE_SHAPED_INPUTS.get(onnx_type, ()) + HOST_INPUTS.get(onnx_type, ()))
         self.bound: dict[int, Any] = {}
         for slot, name in enumerate(node.inputs):
             if name in constants:
