@@ -29,6 +29,7 @@ from portkern import synthetic  # noqa: E402
 from portkern.backends import get_backend  # noqa: E402
 from portkern.backends.base import Candidate, CompileError, Variant  # noqa: E402
 from portkern.backends.tvm import TvmBackend  # noqa: E402
+from portkern.backends.tvm import groupnorm  # noqa: E402
 from portkern.backends.tvm.common import sample_valid  # noqa: E402
 from portkern.backends.tvm.cuda import TEMPLATES, build  # noqa: E402
 from portkern.backends.tvm.cuda import conv2d as cuda_conv2d  # noqa: E402
@@ -54,6 +55,7 @@ TASKS = {
     "layernorm": lambda: synthetic.layernorm_task(37, 48),
     "rmsnorm": lambda: synthetic.rmsnorm_task(37, 48),
     "rmsnorm_residual": lambda: synthetic.rmsnorm_task(37, 48, residual=True),
+    "groupnorm_silu": lambda: synthetic.groupnorm_task(2, 12, (5, 8), 3, activation="silu"),
     "elementwise_chain": lambda: synthetic.elementwise_task(
         (37, 48), "float32", [("mul", "in0", 0.5), ("add", "t0", "in1"), ("gelu", "t1"), ("pow", "t2", 2.0)]),
 }
@@ -102,7 +104,7 @@ def shared_estimate(task: Task, config: dict[str, Any], target: Target) -> int:
         return cuda_conv2d.shared_bytes(task, config)
     if task.kind == "elementwise":
         return 0
-    n = task.inputs[0].shape[-1]
+    n = groupnorm.row_dims(task)[1] if task.kind == "groupnorm" else task.inputs[0].shape[-1]  # a row per group
     return row_shared_bytes(config, n, template(task).REDUCTIONS, GpuFacts.of(target))
 
 

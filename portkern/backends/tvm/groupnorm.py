@@ -1,7 +1,8 @@
 """GroupNorm (+ its activation) on the CPU: in NCHW each sample's group is one row of the
 (N * G, C/G * positions) view, normalized as layernorm.py normalizes a row (two passes for the
 statistics, one to write); the affine is per channel, column j of group g's row being channel
-g * C/G + j // positions. layernorm.py's space and schedule."""
+g * C/G + j // positions. layernorm.py's space and schedule; the CUDA family's groupnorm (cuda/groupnorm.py)
+schedules the same computation."""
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -27,11 +28,20 @@ def dims(task: Task) -> tuple[int, int, int, int]:
     return shape[0] * groups, shape[1] // groups * positions, shape[1], positions
 
 
-def constraints(task: Task, config: Mapping[str, Any], target: Target) -> str | None:
+def row_dims(task: Task) -> tuple[int, int]:
+    """(rows, row length): the task as the rows a row schedule walks."""
+    return dims(task)[:2]
+
+
+def layout_problem(task: Task) -> str | None:
     if task.attr("layout") == "nhwc":
-        return "a channels-last group is no run of memory (the CPU graph is NCHW)"
-    return check_float32(task) or check_space(config, SPACE) or check_row_lanes(config, dims(task)[1], target,
-                                                                                "group size")
+        return "a channels-last group is no run of memory (the TVM graphs are NCHW)"
+    return None
+
+
+def constraints(task: Task, config: Mapping[str, Any], target: Target) -> str | None:
+    return (layout_problem(task) or check_float32(task) or check_space(config, SPACE)
+            or check_row_lanes(config, dims(task)[1], target, "group size"))
 
 
 def computation(task: Task, lanes: int) -> Computation:

@@ -1,6 +1,6 @@
 """The TVM backend's CUDA family: schedules of the CPU family's computations for NVIDIA GPUs.
 
-One module per task kind (gemm, conv2d, softmax, layernorm, rmsnorm, elementwise), each with its
+One module per task kind (gemm, conv2d, softmax, layernorm, rmsnorm, groupnorm, elementwise), each with its
 own space of block tiles, threads, shared-memory staging, vector widths and unrolling, checked
 against the target's hwprofile (threads and shared memory per block, registers) before anything
 is built; build.py generates CUDA (and PTX where a compiler is found) with or without a GPU.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import types
 
-from . import conv2d, elementwise, gemm, layernorm, rmsnorm, softmax
+from . import conv2d, elementwise, gemm, groupnorm, layernorm, rmsnorm, softmax
 
 TEMPLATES: dict[str, tuple[types.ModuleType, ...]] = {
     "gemm": (gemm,),
@@ -17,5 +17,6 @@ TEMPLATES: dict[str, tuple[types.ModuleType, ...]] = {
     "softmax": (softmax,),
     "layernorm": (layernorm,),
     "rmsnorm": (rmsnorm,),
+    "groupnorm": (groupnorm,),
     "elementwise": (elementwise,),
 }
