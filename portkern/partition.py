@@ -1148,7 +1148,8 @@ def _group_norm_nodes(prefix: str, x: str, params: list[str], out: str, shape: t
     """A group norm with its affine per channel as opset-17 ops (what torch exports), and their constants."""
     channel_view = (shape[1],) + (1,) * (len(shape) - 2)
     constants = {f"{prefix}_grouped_shape": np.array([shape[0], groups, -1], np.int64),
-                 f"{prefix}_shape": np.array(shape, np.int64), f"{prefix}_channel_view": np.array(channel_view, np.int64),
+                 f"{prefix}_shape": np.array(shape, np.int64),
+                 f"{prefix}_channel_view": np.array(channel_view, np.int64),
                  f"{prefix}_ones": np.ones(groups, np.float32), f"{prefix}_zeros": np.zeros(groups, np.float32)}
     grouped, normed, ungrouped, scale_view, scaled, shift_view = (
         f"{prefix}_{step}" for step in ("grouped", "normed", "ungrouped", "scale_view", "scaled", "shift_view"))

@@ -595,8 +595,8 @@ def _spatial_zero_pads(graph: Graph, node: Node) -> list[int] | None:
 
 
 def collapse_layout_chains(graph: Graph) -> Graph:
-    """Every maximal chain of Transposes, Reshapes, Flattens, Unsqueezes and Squeezes (each value in it read only by the
-    next, none a graph output) that only reshapes its input, as one Reshape under the chain's output
+    """Every maximal chain of Transposes, Reshapes, Flattens, Unsqueezes and Squeezes (each value in it
+    read only by the next, none a graph output) that only reshapes its input, as one Reshape under the chain's output
     name (see the module docstring); as nothing where it gives its input's shape back and the
     input's producer can make the chain's output instead. The graph itself where there is none."""
     consumers, producer = graph.consumers(), graph.producer()
@@ -884,7 +884,8 @@ def group_norm_at(graph: Graph, producer: dict[str, Node], sole_reader: Callable
         grouped = producer.get(x)
         back = sole_reader(out)
         if grouped is not None and grouped.op_type == "Reshape" and back is not None and back.op_type == "Reshape" \
-                and sole_reader(x) is node and graph.values[back.outputs[0]].shape == graph.values[grouped.inputs[0]].shape:
+                and sole_reader(x) is node \
+                and graph.values[back.outputs[0]].shape == graph.values[grouped.inputs[0]].shape:
             # torch's GroupNorm: the groups are the middle axis of the (N, G, L) view
             shape, (batch, groups, _) = graph.values[grouped.inputs[0]].shape, graph.values[x].shape
             if len(shape) < 3 or shape[0] != batch or shape[1] % groups or np.any(scale != 1) or np.any(shift != 0):

@@ -287,8 +287,10 @@ def groupnorm_task(n: int, c: int, spatial: Sequence[int], groups: int, dtype: s
     if form != "torch":
         raise SyntheticTaskError(f"unknown group norm form '{form}' (torch or op)")
     x = builder.input("x", shape)
-    grouped = builder.op("Reshape", [x, builder.constant([n, groups, -1], "int64")], (n, groups, math.prod(shape) // (n * groups)))
-    normed = builder.op("InstanceNormalization", [grouped, builder.constant(np.ones(groups)), builder.constant(np.zeros(groups))],
+    grouped = builder.op("Reshape", [x, builder.constant([n, groups, -1], "int64")],
+                         (n, groups, math.prod(shape) // (n * groups)))
+    normed = builder.op("InstanceNormalization",
+                        [grouped, builder.constant(np.ones(groups)), builder.constant(np.zeros(groups))],
                         builder.values[grouped].shape, epsilon=float(eps))
     y = builder.op("Reshape", [normed, builder.constant(shape, "int64")], shape)
     channel_view = (c,) + (1,) * len(spatial)

@@ -494,7 +494,8 @@ def test_a_per_row_score_scale_moves_onto_the_queries(softmax: bool) -> None:
         return
     assert [node.op_type for node in moved.nodes] == ["Mul", "MatMul", "Softmax"]
     assert moved.nodes[0].inputs[0] == "q" and moved.nodes[1].outputs == [scores]
-    feeds = {"q": rng.standard_normal((2, 3, 5, 4)).astype(np.float32), "k": rng.standard_normal((2, 3, 4, 7)).astype(np.float32)}
+    feeds = {"q": rng.standard_normal((2, 3, 5, 4)).astype(np.float32),
+             "k": rng.standard_normal((2, 3, 4, 7)).astype(np.float32)}
     np.testing.assert_allclose(run_graph(moved, feeds)[out], run_graph(graph, feeds)[out], rtol=1e-5, atol=1e-7)
 
 
@@ -531,4 +532,5 @@ def test_unsqueezes_and_a_transpose_that_keep_the_order_are_one_view() -> None:
     collapsed = collapse_layout_chains(graph)
     assert [node.op_type for node in collapsed.nodes] == ["Reshape", "Relu"]
     feeds = {"t": np.arange(16, dtype=np.float32).reshape(2, 8)}
-    np.testing.assert_array_equal(run_graph(collapsed, feeds)[graph.outputs[0]], run_graph(graph, feeds)[graph.outputs[0]])
+    (out,) = graph.outputs
+    np.testing.assert_array_equal(run_graph(collapsed, feeds)[out], run_graph(graph, feeds)[out])

@@ -281,7 +281,8 @@ MODELS: dict[str, Callable[[], Entry]] = {
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="folder for NAME.onnx")
-    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated (default: all but {', '.join(OPTIONAL)})")
+    parser.add_argument("--models", default=",".join(MODELS),
+                        help=f"comma-separated (default: all but {', '.join(OPTIONAL)})")
     parser.add_argument("--dtype", default="float32", choices=("float32", "float16"),
                         help="the weights' and float inputs' dtype (float16: as a GPU user exports; its casts "
                              "around softmax and norms are what partition has to see through)")

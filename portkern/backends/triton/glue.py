@@ -476,6 +476,10 @@ def _group_norm(node: Node, inputs: list[Any], context: GlueContext) -> list[tor
 _RESIZE_MATRICES: dict[tuple[Any, ...], list[tuple[int, torch.Tensor]]] = {}
 
 
+def _is_identity(matrix: np.ndarray) -> bool:
+    return matrix.shape[0] == matrix.shape[1] and np.array_equal(matrix, np.eye(len(matrix)))
+
+
 @_register("Resize", "Upsample")
 def _resize(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
     """Separable, by the executor's own interpolation matrices (resize_matrices: every mode and
@@ -490,8 +494,7 @@ def _resize(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.T
     if key not in _RESIZE_MATRICES:
         plans = resize_matrices(node, [_stand_in(x), *inputs[1:]], _stand_in(x), context.opset)
         _RESIZE_MATRICES[key] = [(axis, torch.as_tensor(matrix, dtype=work, device=x.device))
-                                 for axis, matrix, _ in plans
-                                 if not (matrix.shape[0] == matrix.shape[1] and np.array_equal(matrix, np.eye(len(matrix))))]
+                                 for axis, matrix, _ in plans if not _is_identity(matrix)]
     out = x.to(work)
     with float32_contractions():
         for axis, matrix in _RESIZE_MATRICES[key]:

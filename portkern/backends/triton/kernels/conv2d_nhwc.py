@@ -235,7 +235,8 @@ def launch(task, config, inputs, outputs):
                        out_h, out_w, pixels, kernel_w, stride_h, stride_w, pad_t, pad_l, dil_h, dil_w,
                        k_steps, inner_steps, split_steps, *sx, sw_o, *so, *sr, gate.stride(0),
                        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=config["GROUP_M"], **epilogue,
-                       INPUT_SCALE=input_scale, TAP_ROWS=config["TAP_ROWS"], SPLIT_K=split_k, DOT_PRECISION=DOT_PRECISION,
+                       INPUT_SCALE=input_scale, TAP_ROWS=config["TAP_ROWS"], SPLIT_K=split_k,
+                       DOT_PRECISION=DOT_PRECISION,
                        num_warps=config["num_warps"], num_stages=config["num_stages"])
     if split_k > 1:
         grid = (triton.cdiv(pixels, bm), triton.cdiv(oc_per_group, bn), groups)

@@ -26,7 +26,8 @@ def _chunk(task, config):
 def constraints(task, config, target):
     size = _group_geometry(task)[3]
     if task.inputs[0].numel and _chunk(task, config) * (config["SPLITS"] - 1) >= size:
-        return f"a group of {size} elements leaves some of {config['SPLITS']} splits of {config['BLOCK']}-element blocks empty"
+        return (f"a group of {size} elements leaves some of {config['SPLITS']} splits of "
+                f"{config['BLOCK']}-element blocks empty")
     return _group_reason(task, config, target)
 
 
