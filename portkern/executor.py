@@ -1021,6 +1021,38 @@ def _conv(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
     return [np.ascontiguousarray(out).astype(x.dtype, copy=False)]
 
 
+class ConvTransposeGeometry(NamedTuple):
+    strides: list[int]
+    dilations: list[int]
+    output_padding: list[int]
+    full: list[int]  # each spatial size before the pads: every contribution, then output_padding's zeros
+    begins: list[int]  # pads cropped off the full output (negative: zeros added)
+    ends: list[int]
+
+
+def conv_transpose_geometry(node: Node, x_shape: Sequence[int], w_shape: Sequence[int]) -> ConvTransposeGeometry:
+    """A ConvTranspose's sizes and pads (output_shape and auto_pad resolved), for the executor and
+    the device glue alike."""
+    rank = len(x_shape) - 2
+    kernel = list(w_shape[2:])
+    strides = _ints(_attr(node, "strides", [1] * rank))
+    dilations = _ints(_attr(node, "dilations", [1] * rank))
+    out_pad = _ints(_attr(node, "output_padding", [0] * rank))
+    full = [(i - 1) * s + (k - 1) * d + 1 + op
+            for i, s, k, d, op in zip(x_shape[2:], strides, kernel, dilations, out_pad)]
+    if "output_shape" in node.attrs or _attr(node, "auto_pad", "NOTSET") in ("SAME_UPPER", "SAME_LOWER"):
+        target = (_ints(node.attrs["output_shape"])[-rank:] if "output_shape" in node.attrs
+                  else [i * s for i, s in zip(x_shape[2:], strides)])
+        total = [f - t for f, t in zip(full, target)]
+        upper = _attr(node, "auto_pad", "NOTSET") == "SAME_UPPER"
+        begins = [t // 2 if upper else t - t // 2 for t in total]
+        ends = [t - b for t, b in zip(total, begins)]
+    else:
+        pads = _ints(_attr(node, "pads", [0] * 2 * rank))
+        begins, ends = pads[:rank], pads[rank:]
+    return ConvTransposeGeometry(strides, dilations, out_pad, full, begins, ends)
+
+
 @_register("ConvTranspose")
 def _conv_transpose(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
     """Scatter-add of each input pixel's kernel-sized contribution, then crop the pads."""
@@ -1029,28 +1061,9 @@ def _conv_transpose(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
     rank = x.ndim - 2
     kernel = list(w.shape[2:])
     groups = _attr(node, "group", 1)
-    strides = _ints(_attr(node, "strides", [1] * rank))
-    dilations = _ints(_attr(node, "dilations", [1] * rank))
-    out_pad = _ints(_attr(node, "output_padding", [0] * rank))
+    strides, dilations, _, full, begins, ends = conv_transpose_geometry(node, x.shape, w.shape)
     n, c = x.shape[:2]
     oc = w.shape[1] * groups
-    full = [(i - 1) * s + (k - 1) * d + 1 + op
-            for i, s, k, d, op in zip(x.shape[2:], strides, kernel, dilations, out_pad)]
-    if "output_shape" in node.attrs:
-        target = _ints(node.attrs["output_shape"])[-rank:]
-        total = [f - t for f, t in zip(full, target)]
-        upper = _attr(node, "auto_pad", "NOTSET") == "SAME_UPPER"
-        begins = [t // 2 if upper else t - t // 2 for t in total]
-        ends = [t - b for t, b in zip(total, begins)]
-    elif _attr(node, "auto_pad", "NOTSET") in ("SAME_UPPER", "SAME_LOWER"):
-        target = [i * s for i, s in zip(x.shape[2:], strides)]
-        total = [f - t for f, t in zip(full, target)]
-        upper = _attr(node, "auto_pad") == "SAME_UPPER"
-        begins = [t // 2 if upper else t - t // 2 for t in total]
-        ends = [t - b for t, b in zip(total, begins)]
-    else:
-        pads = _ints(_attr(node, "pads", [0] * 2 * rank))
-        begins, ends = pads[:rank], pads[rank:]
     dtype = _compute_dtype(x, w)
     xg = x.astype(dtype, copy=False).reshape(n, groups, c // groups, -1)
     wg = w.astype(dtype, copy=False).reshape(groups, c // groups, oc // groups, -1)

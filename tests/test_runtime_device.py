@@ -186,6 +186,7 @@ def _cases() -> list[Any]:
         *_data_movement_cases(rng, x3, x4),
         *_reduction_and_normalization_cases(rng, x3, x4),
         *_resize_cases(rng, x4, nhwc),
+        *_gather_scatter_and_more_cases(rng, x3, x4),
     ]
     return [pytest.param(*rest, id=case_id) for case_id, *rest in cases]
 
@@ -263,6 +264,53 @@ def _data_movement_cases(rng: np.random.Generator, x3: np.ndarray, x4: np.ndarra
         ("cumsum-axis-computed", "CumSum", {"reverse": 1}, {"x": x3, "axis": np.array([0], np.int64)}, {},
          1, 14, 1e-5),
         ("cumprod-exclusive", "CumProd", {"exclusive": 1}, {"x": 1 + x3 / 4}, {"axis": np.int64(-1)}, 1, 26, 1e-5),
+    ]
+
+
+def _gather_scatter_and_more_cases(rng: np.random.Generator, x3: np.ndarray, x4: np.ndarray) -> list[Any]:
+    """ConvTranspose (pads, output_padding, groups, output_shape, auto_pad, 1-D), the gathers and
+    scatters (negative indices, batch_dims, reductions), TopK on ties, Mod both ways, IsInf and the
+    inverse and hyperbolic trigonometry: ops real models use that ran on the host before."""
+    ties = np.round(x3 * 1.5)
+    ints = np.arange(-7, 5, dtype=np.int32).reshape(3, 4)
+    signs = np.array([-7.5, -3.0, 2.5, 7.0], np.float32)
+    infinite = np.array([[np.inf, -np.inf, 1.0, np.nan]], np.float32)
+    updates = _f32(rng, 2, 3, 2)
+    return [
+        ("convtranspose-pads-output-padding-groups", "ConvTranspose",
+         {"strides": [2, 2], "pads": [1, 0, 0, 2], "output_padding": [1, 1], "group": 2},
+         {"x": x4}, {"w": _f32(rng, 4, 3, 3, 3), "b": _f32(rng, 6)}, 1, 17, 1e-5),
+        ("convtranspose-output-shape", "ConvTranspose", {"strides": [2, 2], "output_shape": [19, 16]},
+         {"x": x4}, {"w": _f32(rng, 4, 5, 2, 3)}, 1, 17, 1e-5),
+        ("convtranspose-same-upper-dilated", "ConvTranspose", {"strides": [2, 1], "dilations": [1, 2],
+                                                               "auto_pad": "SAME_UPPER"},
+         {"x": x4}, {"w": _f32(rng, 4, 2, 3, 3)}, 1, 17, 1e-5),
+        ("convtranspose-1d", "ConvTranspose", {"strides": [3], "pads": [1, 1]}, {"x": x3},
+         {"w": _f32(rng, 3, 2, 4), "b": _f32(rng, 2)}, 1, 17, 1e-5),
+        ("gatherelements-negative", "GatherElements", {"axis": 1}, {"x": x3},
+         {"indices": np.array([[[0, -1, 2, 1]], [[-3, 1, 0, 2]]], np.int64)}, 1, 17, 0),
+        ("gathernd-batch-dims", "GatherND", {"batch_dims": 1}, {"x": x3},
+         {"indices": np.array([[[0, 1], [2, 3]], [[1, 0], [0, 2]]], np.int64)}, 1, 17, 0),
+        ("gathernd-slices", "GatherND", {}, {"x": x4}, {"indices": np.array([[1, 3], [0, 2]], np.int64)}, 1, 17, 0),
+        ("scatterelements-add", "ScatterElements", {"axis": 2, "reduction": "add"}, {"x": x3},
+         {"indices": np.array([[[0, 0], [3, 1], [2, 2]], [[1, 3], [0, 0], [-1, 1]]], np.int64), "updates": updates},
+         1, 18, 1e-6),
+        ("scatterelements-max", "ScatterElements", {"axis": 2, "reduction": "max"}, {"x": x3},
+         {"indices": np.array([[[0, 0], [3, 1], [2, 2]], [[1, 3], [0, 0], [-1, 1]]], np.int64), "updates": updates},
+         1, 18, 0),
+        ("scatternd-none", "ScatterND", {}, {"x": x3},
+         {"indices": np.array([[1, 2], [0, 0]], np.int64), "updates": _f32(rng, 2, 4)}, 1, 18, 0),
+        ("scatternd-add-repeated", "ScatterND", {"reduction": "add"}, {"x": x3},
+         {"indices": np.array([[0], [1], [0]], np.int64), "updates": _f32(rng, 3, 3, 4)}, 1, 18, 1e-6),
+        ("topk-largest-ties", "TopK", {"axis": -1}, {"x": ties}, {"k": _ints(3)}, 2, 11, 0),
+        ("topk-smallest-ties-axis1", "TopK", {"axis": 1, "largest": 0}, {"x": ties}, {"k": _ints(2)}, 2, 11, 0),
+        ("mod-python-int", "Mod", {}, {"a": ints, "b": np.full((4,), 3, np.int32)}, {}, 1, 13, 0),
+        ("mod-fmod-float", "Mod", {"fmod": 1}, {"a": signs, "b": np.float32([2.0, -2.0, 2.0, -2.0])}, {}, 1, 13, 0),
+        ("isinf-positive-only", "IsInf", {"detect_negative": 0}, {"x": infinite}, {}, 1, 10, 0),
+        ("atan", "Atan", {}, {"x": x3 * 3}, {}, 1, 17, 1e-6),
+        ("asinh", "Asinh", {}, {"x": x3 * 3}, {}, 1, 17, 1e-6),
+        ("tanh-of-cosh", "Cosh", {}, {"x": x3}, {}, 1, 17, 1e-6),
+        ("acos", "Acos", {}, {"x": np.tanh(x3)}, {}, 1, 17, 1e-6),
     ]
 
 

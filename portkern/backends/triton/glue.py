@@ -32,8 +32,8 @@ import torch.nn.functional as F
 
 from ...errors import UnsupportedOpError
 from ...executor import (OPS, _attr, _coerced_2d, _conv_geometry, _ints, _onnx_dtype, _opt, _pool_geometry,
-                         _reduce_axes, _stash_dtype, depth_space_plan, pad_arguments, resize_matrices,
-                         slice_arguments)
+                         _reduce_axes, _stash_dtype, conv_transpose_geometry, depth_space_plan, pad_arguments,
+                         resize_matrices, slice_arguments)
 from ...ir import Node
 from ...layout import ONNX_OF, is_channels_last, nchw_node, run_as_nchw
 from ...onnx_import import VALUE_SHAPED_INPUTS
@@ -98,6 +98,8 @@ UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "Ceil": torch.ceil, "Sign": torch.sign, "Round": torch.round, "Not": torch.logical_not,
     "IsNaN": torch.isnan, "Softplus": _softplus, "Softsign": lambda x: x / (1 + torch.abs(x)),
     "HardSwish": lambda x: x * torch.clamp(x / 6 + 0.5, 0, 1), "Mish": lambda x: x * torch.tanh(_softplus(x)),
+    "Tan": torch.tan, "Asin": torch.asin, "Acos": torch.acos, "Atan": torch.atan, "Sinh": torch.sinh,
+    "Cosh": torch.cosh, "Asinh": torch.asinh, "Acosh": torch.acosh, "Atanh": torch.atanh,
 }
 
 
@@ -181,12 +183,24 @@ BINARY: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
 }
 
 
-@_register(*BINARY)
+@_register(*BINARY, "Mod")
 def _binary(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
-    """The result keeps the first input's dtype unless it is boolean (the executor's rule)."""
+    """The result keeps the first input's dtype unless it is boolean (the executor's rule). Mod:
+    fmod=1 takes the dividend's sign (C's fmod), fmod=0 the divisor's (Python's %)."""
     a, b = inputs[0], inputs[1]
-    out = BINARY[node.op_type](a, b)
+    if node.op_type == "Mod":
+        out = torch.fmod(a, b) if _attr(node, "fmod", 0) else torch.remainder(a, b)
+    else:
+        out = BINARY[node.op_type](a, b)
     return [out if out.dtype == torch.bool else out.to(a.dtype)]
+
+
+@_register("IsInf")
+def _isinf(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    x = inputs[0]
+    positive = torch.isposinf(x) if _attr(node, "detect_positive", 1) else torch.zeros_like(x, dtype=torch.bool)
+    negative = torch.isneginf(x) if _attr(node, "detect_negative", 1) else torch.zeros_like(x, dtype=torch.bool)
+    return [positive | negative]
 
 
 @_register("Where")
@@ -502,6 +516,59 @@ def _resize(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.T
     return [out.to(x.dtype) if x.is_floating_point() else torch.round(out).to(x.dtype)]
 
 
+@_register("GatherElements")
+def _gather_elements(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    x, indices = inputs[0], inputs[1].long()
+    axis = _attr(node, "axis", 0) % x.ndim
+    return [torch.gather(x, axis, torch.where(indices < 0, indices + x.shape[axis], indices))]
+
+
+@_register("GatherND")
+def _gather_nd(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """Each batch's rows picked by the last axis of indices (batch_dims leading axes shared)."""
+    x, indices = inputs[0], inputs[1].long()
+    batch = _attr(node, "batch_dims", 0)
+    depth = indices.shape[-1]
+    batches = math.prod(x.shape[:batch])
+    flat_x = x.reshape((batches,) + tuple(x.shape[batch:]))
+    flat_indices = indices.reshape(batches, -1, depth)
+    rows = torch.arange(batches, device=x.device)[:, None]
+    picked = flat_x[(rows, *flat_indices.unbind(-1))]
+    return [picked.reshape(tuple(indices.shape[:-1]) + tuple(x.shape[batch + depth:]))]
+
+
+_SCATTER_REDUCE = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}
+
+
+@_register("ScatterElements", "Scatter")
+def _scatter_elements(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    x, indices, updates = inputs[0], inputs[1].long(), inputs[2]
+    axis = _attr(node, "axis", 0) % x.ndim
+    indices = torch.where(indices < 0, indices + x.shape[axis], indices)
+    reduction = _attr(node, "reduction", "none")
+    if reduction == "none":
+        return [x.scatter(axis, indices, updates)]
+    return [x.scatter_reduce(axis, indices, updates, _SCATTER_REDUCE[reduction], include_self=True)]
+
+
+@_register("ScatterND")
+def _scatter_nd(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """x with the slices the last axis of indices names replaced (or added to: reduction "add"; a KV
+    cache's update in some decoder exports)."""
+    x, indices, updates = inputs[0], inputs[1].long(), inputs[2]
+    return [x.index_put(tuple(indices.unbind(-1)), updates, accumulate=_attr(node, "reduction", "none") == "add")]
+
+
+@_register("TopK")
+def _topk(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """A stable sort (among equal values the lower index first, as ONNX orders them), cut to k."""
+    x = inputs[0]
+    k = int(np.asarray(inputs[1]).reshape(-1)[0]) if _opt(inputs, 1) is not None else _attr(node, "k")
+    axis = _attr(node, "axis", -1) % x.ndim
+    values, indices = torch.sort(x, dim=axis, descending=bool(_attr(node, "largest", 1)), stable=True)
+    return [values.narrow(axis, 0, k), indices.narrow(axis, 0, k)]
+
+
 @_register("LRN")
 def _lrn(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
     """Each channel's window is the (size - 1) // 2 channels before it and the rest after (ONNX;
@@ -540,6 +607,8 @@ def _gemm(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Ten
 
 
 _CONV: dict[int, Callable[..., torch.Tensor]] = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+_CONV_TRANSPOSE: dict[int, Callable[..., torch.Tensor]] = {1: F.conv_transpose1d, 2: F.conv_transpose2d,
+                                                          3: F.conv_transpose3d}
 _MAX_POOL: dict[int, Callable[..., torch.Tensor]] = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
 _AVG_POOL: dict[int, Callable[..., torch.Tensor]] = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
 
@@ -554,6 +623,24 @@ def _conv(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Ten
     with float32_contractions():
         return [_CONV[x.ndim - 2](x, w, bias, stride=strides, padding=begins, dilation=dilations,
                                   groups=_attr(node, "group", 1))]
+
+
+@_register("ConvTranspose")
+def _conv_transpose(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """By the executor's geometry (conv_transpose_geometry: output_shape and auto_pad resolved):
+    the full transposed conv, output_padding's zeros after it, the pads cropped (or, negative,
+    added as zeros), then the bias, as the executor orders them."""
+    x, w, bias = inputs[0], inputs[1], _opt(inputs, 2)
+    geometry = conv_transpose_geometry(node, tuple(x.shape), tuple(w.shape))
+    with float32_contractions():
+        out = _CONV_TRANSPOSE[x.ndim - 2](x, w, stride=geometry.strides, dilation=geometry.dilations,
+                                          groups=_attr(node, "group", 1))
+    out = F.pad(out, [pad for extra in reversed(geometry.output_padding) for pad in (0, extra)])
+    out = F.pad(out, [pad for begin, end in zip(reversed(geometry.begins), reversed(geometry.ends))
+                      for pad in (-begin, -end)])  # negative pads crop
+    if bias is not None:
+        out = out + bias.reshape([1, -1] + [1] * (x.ndim - 2)).to(out.dtype)
+    return [out]
 
 
 @_register("MaxPool", "AveragePool")
@@ -618,6 +705,8 @@ LIMITS: dict[str, Callable[[Node], str | None]] = {
                                  else None),
     "Dropout": lambda node: "a training_mode input" if len(node.inputs) > 2 and node.inputs[2] else None,
     "Cast": _cast_limit,
+    "ScatterND": lambda node: (f"reduction {_attr(node, 'reduction', 'none')}"
+                               if _attr(node, "reduction", "none") not in ("none", "add") else None),
     "Resize": lambda node: ("tf_crop_and_resize's extrapolation"
                             if _attr(node, "coordinate_transformation_mode", "") == "tf_crop_and_resize" else None),
 }
