@@ -569,6 +569,53 @@ def _topk(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Ten
     return [values.narrow(axis, 0, k), indices.narrow(axis, 0, k)]
 
 
+def _per_axis(value: torch.Tensor, x: torch.Tensor, node: Node) -> torch.Tensor:
+    """A quantization scale or zero point per tensor, or per axis (1-D), shaped to broadcast against x."""
+    if value.numel() == 1:
+        return value.reshape(())
+    shape = [1] * x.ndim
+    shape[_attr(node, "axis", 1) % x.ndim] = -1
+    return value.reshape(shape)
+
+
+@_register("DequantizeLinear")
+def _dequantize(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """(x - zero point) * scale in float32, in the scale's dtype (or output_dtype): a QDQ model's
+    weights and activations back to float on the device."""
+    x, scale, zero = inputs[0], inputs[1], _opt(inputs, 2)
+    values = x.float() if zero is None else x.float() - _per_axis(zero, x, node).float()
+    dtype = _output_dtype(node, scale.dtype)
+    return [(values * _per_axis(scale, x, node).float()).to(dtype)]
+
+
+def _output_dtype(node: Node, default: torch.dtype) -> torch.dtype:
+    """The quantization ops' output_dtype attribute as a torch dtype, or `default` without one."""
+    return torch_dtype(_onnx_dtype(_attr(node, "output_dtype")).name) if _attr(node, "output_dtype", 0) else default
+
+
+@_register("QuantizeLinear")
+def _quantize(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """x / scale rounded half to even, plus the zero point, clamped to the integer type (uint8
+    without a zero point), as the executor quantizes."""
+    x, scale, zero = inputs[0], inputs[1], _opt(inputs, 2)
+    dtype = zero.dtype if zero is not None else _output_dtype(node, torch.uint8)
+    scaled = torch.round(x.float() / _per_axis(scale, x, node).float())
+    if zero is not None:
+        scaled = scaled + _per_axis(zero, x, node).float()
+    info = torch.iinfo(dtype)
+    return [scaled.clamp(info.min, info.max).to(dtype)]
+
+
+def _quantization_limit(node: Node) -> str | None:
+    """Blocked scales, and float8 or 4-bit types (QuantizeLinear's output_dtype), stay in the executor."""
+    if _attr(node, "block_size", 0):
+        return "blocked scales"
+    if node.op_type == "QuantizeLinear" and _attr(node, "output_dtype", 0) \
+            and _onnx_dtype(_attr(node, "output_dtype")).name not in ("int8", "uint8", "int16", "uint16", "int32"):
+        return f"output_dtype {_onnx_dtype(_attr(node, 'output_dtype')).name}"
+    return None
+
+
 @_register("LRN")
 def _lrn(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
     """Each channel's window is the (size - 1) // 2 channels before it and the rest after (ONNX;
@@ -705,6 +752,7 @@ LIMITS: dict[str, Callable[[Node], str | None]] = {
                                  else None),
     "Dropout": lambda node: "a training_mode input" if len(node.inputs) > 2 and node.inputs[2] else None,
     "Cast": _cast_limit,
+    "QuantizeLinear": _quantization_limit, "DequantizeLinear": _quantization_limit,
     "ScatterND": lambda node: (f"reduction {_attr(node, 'reduction', 'none')}"
                                if _attr(node, "reduction", "none") not in ("none", "add") else None),
     "Resize": lambda node: ("tf_crop_and_resize's extrapolation"
