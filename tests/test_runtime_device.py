@@ -313,6 +313,19 @@ def _gather_scatter_and_more_cases(rng: np.random.Generator, x3: np.ndarray, x4:
          {"scale": np.float32(0.5), "zero": np.uint8(10)}, 1, 13, 0),
         ("quantize-per-axis-uint8-clamped", "QuantizeLinear", {"axis": 0}, {"x": x3 * 50},
          {"scale": _f32s(0.5, 0.25)}, 1, 13, 0),
+        ("hardmax-ties", "Hardmax", {"axis": 1}, {"x": ties}, {}, 1, 13, 0),
+        ("lpnormalization-l1-with-zero-row", "LpNormalization", {"axis": 1, "p": 1},
+         {"x": np.concatenate([x3, np.zeros((2, 1, 4), np.float32)], axis=1)}, {}, 1, 17, 1e-6),
+        ("meanvariancenormalization", "MeanVarianceNormalization", {"axes": [0, 2]}, {"x": x3 * 3 + 1}, {},
+         1, 13, 1e-5),
+        ("einsum-three-operands-ellipsis", "Einsum", {"equation": "...ij,jk,...k->...i"},
+         {"a": x3, "b": _f32(rng, 4, 5), "c": _f32(rng, 2, 1, 5)}, {}, 1, 12, 1e-5),
+        ("einsum-trace-implicit", "Einsum", {"equation": "ii"}, {"a": _f32(rng, 5, 5)}, {}, 1, 12, 1e-6),
+        ("onehot-negative-axis0", "OneHot", {"axis": 0}, {}, {"indices": np.array([[0, -1], [2, 1]], np.int64),
+                                                                 "depth": np.int64(3),
+                                                                 "values": _f32s(-1.0, 4.0)}, 1, 11, 0),
+        ("bitwise-and-xor-not", "BitwiseXor", {}, {"a": ints, "b": np.full((4,), 6, np.int32)}, {}, 1, 18, 0),
+        ("bitwise-not", "BitwiseNot", {}, {"x": ints}, {}, 1, 18, 0),
         ("atan", "Atan", {}, {"x": x3 * 3}, {}, 1, 17, 1e-6),
         ("asinh", "Asinh", {}, {"x": x3 * 3}, {}, 1, 17, 1e-6),
         ("tanh-of-cosh", "Cosh", {}, {"x": x3}, {}, 1, 17, 1e-6),
@@ -330,7 +343,8 @@ def _resize_cases(rng: np.random.Generator, x4: np.ndarray, nhwc: np.ndarray) ->
         ("resize-linear-sizes", "Resize", {"mode": "linear"}, {"x": x4},
          {"roi": empty, "scales": empty, "sizes": _ints(2, 4, 13, 5)}, 1, 13, 1e-5),
         ("resize-linear-align-corners-down", "Resize",
-         {"mode": "linear", "coordinate_transformation_mode": "align_corners"}, {"x": x4}, {"roi": empty, "scales": _f32s(1, 1, 0.5, 0.75)}, 1, 13, 1e-5),
+         {"mode": "linear", "coordinate_transformation_mode": "align_corners"}, {"x": x4},
+         {"roi": empty, "scales": _f32s(1, 1, 0.5, 0.75)}, 1, 13, 1e-5),
         ("resize-cubic-pytorch-half-pixel", "Resize", {"mode": "cubic", "coordinate_transformation_mode":
                                                        "pytorch_half_pixel"}, {"x": x4},
          {"roi": empty, "scales": _f32s(1, 1, 1.5, 2)}, 1, 13, 1e-5),
@@ -415,7 +429,7 @@ def test_glue_op_matches_the_executor(backend: TritonBackend, op: str, attrs: di
 
 
 @pytest.mark.parametrize("node, words", [
-    (Node("h", "Hardmax", ["x"], ["y"]), "no device glue for Hardmax"),
+    (Node("g", "GridSample", ["x", "grid"], ["y"]), "no device glue for GridSample"),
     (Node("c", "Relu", ["x"], ["y"], domain="com.example"), "no device glue for Relu"),
     (Node("d", "Dropout", ["x", "r", "t"], ["y"]), "training_mode"),
     (Node("p", "MaxPool", ["x"], ["y", "i"], {"kernel_shape": [2, 2]}), "Indices"),
@@ -485,15 +499,15 @@ def _model_with(path: Path, middle: onnx.NodeProto) -> Path:
 
 def test_an_op_without_glue_runs_in_the_executor_and_is_listed(backend: TritonBackend, tmp_path: Path,
                                                                caplog: pytest.LogCaptureFixture) -> None:
-    path = _model_with(tmp_path / "hardmax.onnx", helper.make_node("Hardmax", ["mm"], ["mid"], name="odd", axis=-1))
+    path = _model_with(tmp_path / "eyelike.onnx", helper.make_node("EyeLike", ["mm"], ["mid"], name="odd", k=1))
     with caplog.at_level(logging.WARNING, logger="portkern.runtime"):
         session = Session(path, _empty_pack(backend))
         feeds = {"x": np.random.default_rng(2).standard_normal((4, 6)).astype(np.float32)}
         got = session.run(feeds)["y"]
         session.run(feeds)
-    assert [(node.name, reason) for node, reason in session.host_fallbacks] == [("odd", "no device glue for Hardmax")]
+    assert [(node.name, reason) for node, reason in session.host_fallbacks] == [("odd", "no device glue for EyeLike")]
     notes = [r.getMessage() for r in caplog.records if "reference executor on the host" in r.getMessage()]
-    assert len(notes) == 1 and "Hardmax" in notes[0]
+    assert len(notes) == 1 and "EyeLike" in notes[0]
     want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
@@ -612,7 +626,7 @@ def test_failed_capture_is_logged_and_runs_step_by_step(session_on_gpu_stand_in:
 
 def test_host_fallbacks_keep_the_run_out_of_a_cuda_graph(backend: TritonBackend, monkeypatch: pytest.MonkeyPatch,
                                                          tmp_path: Path) -> None:
-    path = _model_with(tmp_path / "hardmax.onnx", helper.make_node("Hardmax", ["mm"], ["mid"], name="odd", axis=-1))
+    path = _model_with(tmp_path / "eyelike.onnx", helper.make_node("EyeLike", ["mm"], ["mid"], name="odd", k=1))
     session = Session(path, _empty_pack(backend))
     monkeypatch.setattr(session.backend, "on_gpu", True)
     monkeypatch.setattr(runtime, "_CudaGraph", _GraphStandIn)
@@ -625,7 +639,7 @@ def test_host_fallbacks_keep_the_run_out_of_a_cuda_graph(backend: TritonBackend,
 
 def test_tvm_session_runs_stretches_in_onnxruntime_on_host_arrays(tmp_path: Path) -> None:
     pytest.importorskip("tvm")
-    path = _model_with(tmp_path / "hardmax.onnx", helper.make_node("Hardmax", ["mm"], ["mid"], name="odd", axis=-1))
+    path = _model_with(tmp_path / "eyelike.onnx", helper.make_node("EyeLike", ["mm"], ["mid"], name="odd", k=1))
     tvm_backend = get_backend(load_target("cpu"))
     session = Session(path, Pack(target={"name": "cpu", "backend": "tvm"}, fingerprint=tvm_backend.fingerprint(),
                                  entries={}))

@@ -100,6 +100,7 @@ UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "HardSwish": lambda x: x * torch.clamp(x / 6 + 0.5, 0, 1), "Mish": lambda x: x * torch.tanh(_softplus(x)),
     "Tan": torch.tan, "Asin": torch.asin, "Acos": torch.acos, "Atan": torch.atan, "Sinh": torch.sinh,
     "Cosh": torch.cosh, "Asinh": torch.asinh, "Acosh": torch.acosh, "Atanh": torch.atanh,
+    "BitwiseNot": torch.bitwise_not,
 }
 
 
@@ -180,6 +181,7 @@ BINARY: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "Equal": torch.eq, "Less": torch.lt, "Greater": torch.gt, "LessOrEqual": torch.le,
     "GreaterOrEqual": torch.ge, "And": torch.logical_and, "Or": torch.logical_or,
     "Xor": torch.logical_xor, "PRelu": lambda a, b: torch.where(a < 0, a * b, a),
+    "BitwiseAnd": torch.bitwise_and, "BitwiseOr": torch.bitwise_or, "BitwiseXor": torch.bitwise_xor,
 }
 
 
@@ -439,12 +441,54 @@ def _arg_extreme(node: Node, inputs: list[Any], context: GlueContext) -> list[to
     return [find(x, dim=axis, keepdim=keepdim)]
 
 
-@_register("Softmax", "LogSoftmax")
+@_register("Softmax", "LogSoftmax", "Hardmax")
 def _softmax(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """Hardmax: 1 at the first maximum along the axis (argmax's tie rule), 0 elsewhere."""
     x = inputs[0]
     view, axis = _coerced_2d(node, x, context.opset)  # the 2-D coercion before opset 13
+    if node.op_type == "Hardmax":
+        hot = F.one_hot(torch.argmax(view, dim=axis), view.shape[axis]).movedim(-1, axis)
+        return [hot.to(x.dtype).reshape(x.shape)]
     normalize = torch.softmax if node.op_type == "Softmax" else torch.log_softmax
     return [normalize(view, dim=axis).reshape(x.shape)]
+
+
+@_register("LpNormalization")
+def _lp_normalization(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """x over its Lp norm along the axis; 0 where the norm is 0."""
+    x = inputs[0]
+    norm = torch.linalg.vector_norm(x, ord=_attr(node, "p", 2), dim=_attr(node, "axis", -1), keepdim=True)
+    return [torch.where(norm == 0, 0, x / norm).to(x.dtype)]
+
+
+@_register("MeanVarianceNormalization")
+def _mean_variance_normalization(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """(x - mean) / (std + 1e-9) over the axes (default 0, 2, 3), statistics in the executor's stash dtype."""
+    x = inputs[0]
+    axes = tuple(_ints(_attr(node, "axes", [0, 2, 3])))
+    work = x.to(torch_dtype(_stash_dtype(_stand_in(x), node).name))
+    var, mean = torch.var_mean(work, dim=axes, keepdim=True, correction=0)
+    return [((work - mean) / (torch.sqrt(var) + 1e-9)).to(x.dtype)]
+
+
+@_register("Einsum")
+def _einsum(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """What partition's two-operand rewrite leaves (three operands, ellipses, traces): torch's
+    einsum takes ONNX's equation, in the operands' widest float (float32 contractions)."""
+    operands = [x for x in inputs if x is not None]
+    work = functools.reduce(torch.promote_types, [x.dtype for x in operands])
+    with float32_contractions():
+        out = torch.einsum(_attr(node, "equation").replace(" ", ""), *[x.to(work) for x in operands])
+    return [out.to(operands[0].dtype)]
+
+
+@_register("OneHot")
+def _one_hot(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """values[1] where the (negative: from the end) index names the position on the new axis, values[0] elsewhere."""
+    indices, depth, values = inputs[0].long(), int(np.asarray(inputs[1]).reshape(-1)[0]), inputs[2]
+    hot = F.one_hot(torch.where(indices < 0, indices + depth, indices), depth).bool()
+    hot = hot.movedim(-1, _attr(node, "axis", -1) % (indices.ndim + 1))
+    return [torch.where(hot, values[1], values[0])]
 
 
 @_register("LayerNormalization")
