@@ -2,7 +2,7 @@
 
 The steps, each with its own clear failure:
   read      file / bytes / ModelProto -> ModelProto (missing, not ONNX, truncated -> ModelError)
-  check     default-domain opset 9..21; every op known to the executor (else UnsupportedOpError)
+  check     default-domain opset 9..24; every op known to the executor (else UnsupportedOpError)
   bind      dynamic input dims from `shapes`; a dim_param bound once is bound everywhere it appears
             (so `--shape input_ids=32x128` also binds attention_mask's batch x sequence)
   infer     onnx.shape_inference (strict off, data propagation on) for the shapes it can give
@@ -39,7 +39,7 @@ from .errors import ModelError, PortkernError, UnsupportedOpError
 from .executor import SUPPORTED_OPS, run_nodes
 from .ir import Graph, Node, TensorSpec
 
-MIN_OPSET, MAX_OPSET = 9, 21
+MIN_OPSET, MAX_OPSET = 9, 24
 DEFAULT_DOMAINS = ("", "ai.onnx")
 # ops whose output shape is a function of their inputs' shapes only: folded when those are known
 SHAPE_ONLY_OPS = frozenset({"Shape", "Size"})

@@ -7,7 +7,8 @@ subgraph exactly (`Task.reference`), so a kernel is checked against the model's 
 
 Patterns (kinds and kernel signatures are in tasks.py):
   attention   MatMul(Q, K^T) [-> Div|Mul scalar] [-> Tanh -> Mul cap] [-> Add mask] [-> Add causal
-              constant] [-> Max(the dtype's lowest)] -> Softmax(last axis) -> MatMul(., V); scalar
+              constant] [-> Max(the dtype's lowest)] -> Softmax(last axis) -> MatMul(., V), or the
+              Attention op (opset 23) without a key/value cache (_match_attention_op); scalar
               Mul/Div on Q or K^T (the SDPA export) folds into `scale`; cap * tanh(scores / cap)
               (Gemma 2) is attrs["softcap"]; float16 q and k cast to float32 for the scores, with the
               probabilities cast back for the product with v (GPT-J, CodeGen), are a float16 task
@@ -47,7 +48,8 @@ Patterns (kinds and kernel signatures are in tasks.py):
               GroupNorm export), InstanceNormalization of (N, C, ...), or GroupNormalization; then
               Mul and Add/Sub by per-channel constants (the affine) -> [activation]
               (rewrites.group_norm_at; on a channels-last graph its NHWC op, attrs["layout"])
-  rmsnorm     Pow 2 | Mul(x,x) -> ReduceMean -> Add eps -> Sqrt -> Div | Reciprocal*x -> Mul gamma
+  rmsnorm     Pow 2 | Mul(x,x) -> ReduceMean -> Add eps -> Sqrt -> Div | Reciprocal*x -> Mul gamma, or
+              RMSNormalization (opset 23) over the last axis
               (both norms: the scale may follow a Cast that keeps the dtype, as transformers writes;
               a norm computed in a wider float, its input cast up and the result cast back, is a
               task on the input's dtype)
@@ -1164,6 +1166,43 @@ def _group_norm_nodes(prefix: str, x: str, params: list[str], out: str, shape: t
     return nodes, constants
 
 
+def _match_rms_norm_op(ctx: _Context, node: Node) -> _Match | None:
+    """ONNX's RMSNormalization (opset 23, what torch's exporter writes for F.rms_norm there) over the
+    last axis with one scale per column."""
+    x, scale = node.inputs[0], node.inputs[1]
+    shape = ctx.shape(x)
+    if not shape or int(node.attrs.get("axis", -1)) % len(shape) != len(shape) - 1 \
+            or ctx.shape(scale) != shape[-1:] or not ctx.is_float(x):
+        return None
+    return _norm_match(ctx, "rmsnorm", x, [node], float(node.attrs.get("epsilon", 1e-5)), node.outputs[0], [scale])
+
+
+def _match_attention_op(ctx: _Context, node: Node) -> _Match | None:
+    """ONNX's Attention (opset 23, torch's export of scaled_dot_product_attention there): q, k, v
+    (B, H, S, D) without a key/value cache, an additive float mask or none, the causal mask where S
+    equals Sk (the op aligns it top-left, the task bottom-right: the same there), the soft cap;
+    fewer key/value heads where the backend shares them."""
+    q, k, v = node.inputs[:3]
+    mask = node.inputs[3] if len(node.inputs) > 3 and node.inputs[3] else None
+    if any(node.inputs[4:]) or any(node.outputs[1:]) or node.attrs.get("qk_matmul_output_mode", 0) \
+            or node.attrs.get("softmax_precision") or any(len(ctx.shape(x)) != 4 for x in (q, k, v)):
+        return None
+    (b, h, s, d), (_, kv_heads, sk, _) = ctx.shape(q), ctx.shape(k)
+    causal = bool(node.attrs.get("is_causal", 0))
+    if (kv_heads != h and not (ctx.share_kv_heads and h % kv_heads == 0)) or (causal and s != sk):
+        return None
+    if mask is not None and (not ctx.is_float(mask) or ctx.shape(mask)[-1:] != (sk,)
+                             or not _broadcasts_to(ctx.shape(mask), (b, h, s, sk))):
+        return None
+    scale, softcap = node.attrs.get("scale"), float(node.attrs.get("softcap", 0.0))
+    attrs = {"scale": canonical_float(scale if scale is not None else 1 / math.sqrt(d)), "k_transposed": False,
+             "mask": mask is not None, "causal": causal}
+    if softcap > 0:
+        attrs["softcap"] = canonical_float(softcap)
+    flops = 2 * b * h * _scored_pairs(s, sk, causal) * (d + ctx.shape(v)[-1])
+    return _Match("attention", [node], [q, k, v] + ([mask] if mask else []), node.outputs[0], attrs, flops)
+
+
 def _match_softmax(ctx: _Context, node: Node) -> _Match | None:
     if not _is_last_axis_softmax(ctx, node):
         return None
@@ -1528,6 +1567,8 @@ _ANCHORS: dict[str, Callable[[_Context, Node], _Match | None]] = {
     "Concat": _match_rotary,
     "Mul": _match_rmsnorm,
     "Softmax": _match_softmax,
+    "RMSNormalization": _match_rms_norm_op,
+    "Attention": _match_attention_op,
 }
 # the same patterns on the channels-last graph's NHWC ops (layout.py)
 _ANCHORS.update({NHWC_OPS[op]: match for op, match in list(_ANCHORS.items()) if op in NHWC_OPS})

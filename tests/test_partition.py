@@ -945,7 +945,8 @@ def test_swin_v2_window_attention_is_one_attention_task(shifted: bool) -> None:
     run_nodes(rewritten.nodes, values, rewritten.opset)
     got = task.reference([values.get(name, task.constants.get(name)) for name in task.input_names])[0]
     np.testing.assert_allclose(got, values[task.output_names[0]], rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(values[graph.outputs[0]], run_graph(graph, feeds)[graph.outputs[0]], rtol=1e-5, atol=1e-6)
+    (out,) = graph.outputs
+    np.testing.assert_allclose(values[out], run_graph(graph, feeds)[out], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("share", [True, False])
@@ -1075,3 +1076,29 @@ def test_a_squeeze_excite_gate_is_read_by_the_conv_after_it(scale_conv_inputs: b
     run_nodes(graph.nodes, values, graph.opset)
     got = projection.reference([values.get(name, projection.constants.get(name)) for name in projection.input_names])[0]
     np.testing.assert_allclose(got, values[out], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mask, causal, kv_heads, softcap", [
+    (True, False, 4, 0.0), (False, True, 2, 0.0), (True, True, 4, 3.0)])
+def test_opset23_attention_and_rms_norm_ops_are_tasks(mask: bool, causal: bool, kv_heads: int, softcap: float) -> None:
+    """torch's exporter at opset 23 writes F.rms_norm and scaled_dot_product_attention as the
+    RMSNormalization and Attention ops: an rmsnorm and an attention task (a float mask, the causal
+    flag, the soft cap, grouped key/value heads where the backend shares them), and the Triton
+    kernel passes the gate against the op's own semantics (the executor's)."""
+    b = GraphBuilder("opset23", "float32")
+    x = b.input("x", (2, 4, 6, 8))
+    normed = b.op("RMSNormalization", [x, b.input("gamma", (8,))], (2, 4, 6, 8), epsilon=1e-6)
+    k, v = b.input("k", (2, kv_heads, 6, 8)), b.input("v", (2, kv_heads, 6, 8))
+    operands = [normed, k, v] + ([b.input("mask", (1, 1, 6, 6))] if mask else [])
+    out = b.op("Attention", operands, (2, 4, 6, 8), is_causal=int(causal), softcap=softcap, scale=0.3)
+    backend = get_backend(load_target("h200"))
+    _, tasks = backend_tasks(b.graph([out], opset=23), backend)
+    assert [task.kind for task in tasks] == ["rmsnorm", "attention"]
+    attention = tasks[1]
+    assert (attention.attr("causal"), attention.attr("mask"), attention.attr("scale")) == (causal, mask, 0.3)
+    assert attention.attr("softcap", 0.0) == softcap and attention.inputs[1].shape[1] == kv_heads
+    variant = next(v for v in backend.variants(attention) if v.name == "attention_flash")
+    program = backend.load(backend.compile(Candidate.of(variant, dict(variant.default)), attention), attention)
+    gate = GateOptions(seeds=(5,), distributions=("normal", "negative"))
+    verdict = verify(backend, program, attention, variant.precision, gate)
+    assert verdict.passed, verdict.reason

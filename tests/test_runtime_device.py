@@ -314,6 +314,8 @@ def _gather_scatter_and_more_cases(rng: np.random.Generator, x3: np.ndarray, x4:
         ("quantize-per-axis-uint8-clamped", "QuantizeLinear", {"axis": 0}, {"x": x3 * 50},
          {"scale": _f32s(0.5, 0.25)}, 1, 13, 0),
         ("hardmax-ties", "Hardmax", {"axis": 1}, {"x": ties}, {}, 1, 13, 0),
+        ("rmsnormalization-two-axes-fp16", "RMSNormalization", {"axis": -2, "epsilon": 1e-3},
+         {"x": (x3 * 2).astype(np.float16)}, {"scale": _f32(rng, 3, 4).astype(np.float16)}, 1, 23, 3e-3),
         ("lpnormalization-l1-with-zero-row", "LpNormalization", {"axis": 1, "p": 1},
          {"x": np.concatenate([x3, np.zeros((2, 1, 4), np.float32)], axis=1)}, {}, 1, 17, 1e-6),
         ("meanvariancenormalization", "MeanVarianceNormalization", {"axes": [0, 2]}, {"x": x3 * 3 + 1}, {},

@@ -453,6 +453,16 @@ def _softmax(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.
     return [normalize(view, dim=axis).reshape(x.shape)]
 
 
+@_register("RMSNormalization")
+def _rms_normalization(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
+    """Over the axes from `axis` on, in the executor's stash dtype, rounded to x's before the scale."""
+    x, scale = inputs[0], inputs[1]
+    axis = _attr(node, "axis", -1) % x.ndim
+    work = x.to(torch_dtype(_stash_dtype(_stand_in(x), node).name))
+    normed = F.rms_norm(work, tuple(x.shape[axis:]), None, float(_attr(node, "epsilon", 1e-5))).to(x.dtype)
+    return [(normed * scale).to(x.dtype)]
+
+
 @_register("LpNormalization")
 def _lp_normalization(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
     """x over its Lp norm along the axis; 0 where the norm is 0."""
