@@ -1179,20 +1179,47 @@ def _match_rms_norm_op(ctx: _Context, node: Node) -> _Match | None:
 
 def _match_attention_op(ctx: _Context, node: Node) -> _Match | None:
     """ONNX's Attention (opset 23, torch's export of scaled_dot_product_attention there): q, k, v
-    (B, H, S, D) without a key/value cache, an additive float mask or none, the causal mask where S
-    equals Sk (the op aligns it top-left, the task bottom-right: the same there), the soft cap;
-    fewer key/value heads where the backend shares them."""
+    (B, H, S, D) without a key/value cache, an additive float mask, a constant boolean one (causal:
+    the task's flag; otherwise an additive constant, where no row is hidden whole) or none, the causal
+    flag where S equals Sk (the op aligns it top-left, the task bottom-right: the same there), the
+    soft cap; fewer key/value heads where the backend shares them, read before transformers'
+    repeat_kv where the graph repeats them."""
     q, k, v = node.inputs[:3]
     mask = node.inputs[3] if len(node.inputs) > 3 and node.inputs[3] else None
     if any(node.inputs[4:]) or any(node.outputs[1:]) or node.attrs.get("qk_matmul_output_mode", 0) \
             or node.attrs.get("softmax_precision") or any(len(ctx.shape(x)) != 4 for x in (q, k, v)):
         return None
-    (b, h, s, d), (_, kv_heads, sk, _) = ctx.shape(q), ctx.shape(k)
+    (b, h, s, d), sk = ctx.shape(q), ctx.shape(k)[2]
     causal = bool(node.attrs.get("is_causal", 0))
-    if (kv_heads != h and not (ctx.share_kv_heads and h % kv_heads == 0)) or (causal and s != sk):
+    if causal and s != sk or mask is not None and (ctx.shape(mask)[-1:] != (sk,)
+                                                   or not _broadcasts_to(ctx.shape(mask), (b, h, s, sk))):
         return None
-    if mask is not None and (not ctx.is_float(mask) or ctx.shape(mask)[-1:] != (sk,)
-                             or not _broadcasts_to(ctx.shape(mask), (b, h, s, sk))):
+    covers, attention = [node], node  # what the task replaces; the op as its reference runs it
+    folded: dict[str, np.ndarray] = {}
+    if mask is not None and ctx.spec(mask).dtype == "bool":
+        allowed = ctx.graph.constants.get(mask)
+        if allowed is None or not allowed.any(axis=-1).all():
+            return None  # a runtime boolean mask, or a row hidden whole (the op gives it zeros)
+        if _is_causal(np.where(allowed, 0.0, -np.inf), s, sk) and s == sk:
+            causal, mask = True, None
+        elif allowed.all():
+            mask = None
+        else:
+            mask = f"{node.name or node.outputs[0]}::bias"
+            dtype = ctx.spec(q).dtype
+            folded[mask] = np.where(allowed, 0.0, ml_dtypes.finfo(dtype).min).astype(dtype)
+        attention = Node(node.name, node.op_type, [q, k, v] + ([mask] if mask else []), list(node.outputs),
+                         {**node.attrs, "is_causal": int(causal)}, node.domain)
+    if ctx.share_kv_heads:
+        k_shared, v_shared = _repeated_heads(ctx, k, node), _repeated_heads(ctx, v, node)
+        if k_shared and v_shared and ctx.shape(k_shared[0]) == ctx.shape(v_shared[0]):
+            (k, k_repeat), (v, v_repeat) = k_shared, v_shared
+            covers = [*k_repeat, *v_repeat, node]
+            attention = Node(attention.name, attention.op_type, [k if i == 1 else v if i == 2 else name
+                                                                 for i, name in enumerate(attention.inputs)],
+                             attention.outputs, attention.attrs, attention.domain)
+    kv_heads = ctx.shape(k)[1]
+    if kv_heads != h and not (ctx.share_kv_heads and h % kv_heads == 0):
         return None
     scale, softcap = node.attrs.get("scale"), float(node.attrs.get("softcap", 0.0))
     attrs = {"scale": canonical_float(scale if scale is not None else 1 / math.sqrt(d)), "k_transposed": False,
@@ -1200,7 +1227,12 @@ def _match_attention_op(ctx: _Context, node: Node) -> _Match | None:
     if softcap > 0:
         attrs["softcap"] = canonical_float(softcap)
     flops = 2 * b * h * _scored_pairs(s, sk, causal) * (d + ctx.shape(v)[-1])
-    return _Match("attention", [node], [q, k, v] + ([mask] if mask else []), node.outputs[0], attrs, flops)
+    covers = sorted(covers, key=lambda covered: ctx.position[id(covered)])
+    reference = [attention if covered is node else covered for covered in covers]
+    match = _Match("attention", covers, [q, k, v] + ([mask] if mask else []), node.outputs[0], attrs, flops,
+                   nodes=reference if attention is not node else None)
+    match.folded = folded
+    return match
 
 
 def _match_softmax(ctx: _Context, node: Node) -> _Match | None:

@@ -1102,3 +1102,33 @@ def test_opset23_attention_and_rms_norm_ops_are_tasks(mask: bool, causal: bool, 
     gate = GateOptions(seeds=(5,), distributions=("normal", "negative"))
     verdict = verify(backend, program, attention, variant.precision, gate)
     assert verdict.passed, verdict.reason
+
+
+@pytest.mark.parametrize("mask_kind", ["causal", "window"])
+def test_opset23_attention_with_a_boolean_mask_and_repeated_heads(mask_kind: str) -> None:
+    """transformers' SDPA path at opset 23: a constant boolean mask (True: attended) and key/value
+    heads repeated (Unsqueeze, Expand, Reshape) before the Attention op. A causal mask is the task's
+    causal flag, another (a window) an additive constant; k and v are read before their repeat; the
+    task's reference computes what the graph does."""
+    b = GraphBuilder("sdpa23", "float32")
+    q = b.input("q", (1, 4, 6, 8))
+
+    def repeated(name: str) -> str:
+        x = b.input(name, (1, 2, 6, 8))
+        x = b.op("Unsqueeze", [x, b.constant(np.array([2]), "int64")], (1, 2, 1, 6, 8))
+        x = b.op("Expand", [x, b.constant(np.array([1, 2, 2, 6, 8]), "int64")], (1, 2, 2, 6, 8))
+        return b.op("Reshape", [x, b.constant(np.array([1, 4, 6, 8]), "int64")], (1, 4, 6, 8))
+
+    rows, cols = np.arange(6)[:, None], np.arange(6)[None, :]
+    allowed = cols <= rows if mask_kind == "causal" else abs(rows - cols) <= 2
+    out = b.op("Attention", [q, repeated("k"), repeated("v"), b.constant(allowed[None, None], "bool")], (1, 4, 6, 8))
+    graph = b.graph([out], opset=23)
+    (task,) = partition(graph, share_kv_heads=True)
+    assert task.kind == "attention" and task.input_names[1:3] == ("k", "v") and task.inputs[1].shape == (1, 2, 6, 8)
+    assert (task.attr("causal"), task.attr("mask")) == (mask_kind == "causal", mask_kind == "window")
+    rng = np.random.default_rng(8)
+    feeds = {"q": rng.standard_normal((1, 4, 6, 8)), "k": rng.standard_normal((1, 2, 6, 8)),
+             "v": rng.standard_normal((1, 2, 6, 8))}
+    want = run_graph(graph, {name: value.astype(np.float32) for name, value in feeds.items()})[out]
+    got = task.reference([feeds.get(name, task.constants.get(name)) for name in task.input_names])[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
