@@ -108,7 +108,7 @@ from .ir import Graph, Node, TensorSpec, connected_groups
 from .layout import NHWC_OPS, ONNX_OF, channels_last, conv1d_as_2d, is_channels_last
 from .rewrites import (GroupNorm, collapse_layout_chains, einsums_as_matmuls, fold_column_affines, fold_pads_into_convs,
                        drop_identity_arithmetic, group_norm_at, group_norms_as_ops, query_scales, reassociate_residuals,
-                       split_projections)
+                       spatial_means_as_pools, split_projections)
 from .tasks import EXPRESSION_ACTIVATIONS, FLOAT_DTYPES, Task, freeze_attrs
 
 if TYPE_CHECKING:
@@ -1096,15 +1096,27 @@ def _match_rmsnorm(ctx: _Context, square: Node) -> _Match | None:
 
 
 def _match_layernorm_op(ctx: _Context, node: Node) -> _Match | None:
+    """LayerNormalization over the last axis; without a bias (MPT's and OLMo's LayerNorm as torch's
+    dynamo exporter writes it) the task's bias is zeros, and its reference the op reading them."""
     x = node.inputs[0]
     rank = len(ctx.shape(x))
     n = ctx.shape(x)[-1]
-    if node.attrs.get("axis", -1) % rank != rank - 1 or len(node.inputs) < 3 or not node.inputs[2] \
-            or ctx.shape(node.inputs[1]) != (n,) or ctx.shape(node.inputs[2]) != (n,):
+    bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+    if node.attrs.get("axis", -1) % rank != rank - 1 or ctx.shape(node.inputs[1]) != (n,) \
+            or (bias is not None and ctx.shape(bias) != (n,)):
         return None
     eps = node.attrs.get("epsilon", 1e-5)
     x, out, narrowed = _narrowed_after_affine(ctx, x, node.outputs[0])  # OLMo's float32 norm in a float16 model
-    return _norm_match(ctx, "layernorm", x, [node, *narrowed], eps, out, list(node.inputs[1:3]))
+    if bias is not None:
+        return _norm_match(ctx, "layernorm", x, [node, *narrowed], eps, out, [node.inputs[1], bias])
+    zeros = f"{node.name or node.outputs[0]}::zero_bias"
+    match = _norm_match(ctx, "layernorm", x, [node, *narrowed], eps, out, [node.inputs[1], zeros])
+    match.folded = {zeros: np.zeros(n, ctx.spec(node.inputs[1]).dtype)}
+    biased = Node(node.name, node.op_type, [node.inputs[0], node.inputs[1], zeros], list(node.outputs),
+                  dict(node.attrs))
+    match.nodes = [biased if covered is node else covered
+                   for covered in sorted(match.covers, key=lambda covered: ctx.position[id(covered)])]
+    return match
 
 
 def _match_group_norm(ctx: _Context, node: Node) -> _Match | None:
@@ -1709,7 +1721,7 @@ def backend_tasks(graph: Graph, backend: Backend) -> tuple[Graph, list[Task]]:
     one projection per part (rewrites.py), except where a task reads the cut in place (the Slices
     of a partial rotary task)."""
     graph = reassociate_residuals(fold_column_affines(conv1d_as_2d(fold_pads_into_convs(
-        query_scales(einsums_as_matmuls(drop_identity_arithmetic(graph)))))))
+        query_scales(einsums_as_matmuls(spatial_means_as_pools(drop_identity_arithmetic(graph))))))))
     if backend.conv_layout == "NHWC":  # (its glue is torch's and the executor's, not onnxruntime's)
         graph = channels_last(group_norms_as_ops(graph))
     graph = collapse_layout_chains(graph)

@@ -388,6 +388,49 @@ def _identity_operand(graph: Graph, node: Node) -> str | None:
     return None
 
 
+def spatial_means_as_pools(graph: Graph) -> Graph:
+    """Every ReduceMean over the two spatial axes of a 4-D float value (N, C, H, W) as the
+    GlobalAveragePool it is (a Reshape after it where the reduction drops the axes): torch's dynamo
+    exporter writes adaptive_avg_pool2d(x, 1) so (ResNet's head, squeeze-excite's squeeze), and as a
+    ReduceMean it ended each channels-last stretch (EfficientNet: 33 Transposes). The graph itself
+    where there is none."""
+    nodes: list[Node] = []
+    values = dict(graph.values)
+    constants = dict(graph.constants)
+    changed = False
+    for node in graph.nodes:
+        x = node.inputs[0] if node.inputs else ""
+        spec = graph.values.get(x)
+        if node.op_type != "ReduceMean" or node.domain not in ("", "ai.onnx") or spec is None \
+                or len(spec.shape) != 4 or spec.dtype not in FLOAT_DTYPES or _reduced_axes(graph, node) != (2, 3):
+            nodes.append(node)
+            continue
+        changed = True
+        if node.attrs.get("keepdims", 1):
+            nodes.append(Node(node.name, "GlobalAveragePool", [x], list(node.outputs)))
+            continue
+        pooled, shape = f"{node.outputs[0]}::pooled", f"{node.outputs[0]}::shape"
+        values[pooled] = TensorSpec(spec.shape[:2] + (1, 1), spec.dtype)
+        constants[shape] = np.array(spec.shape[:2], np.int64)
+        values[shape] = TensorSpec((2,), "int64")
+        nodes += [Node(node.name, "GlobalAveragePool", [x], [pooled]),
+                  Node(f"{node.name}::squeeze", "Reshape", [pooled, shape], list(node.outputs))]
+    return with_nodes(graph, nodes, values, constants) if changed else graph
+
+
+def _reduced_axes(graph: Graph, node: Node) -> tuple[int, ...] | None:
+    """A reduction's axes (the attribute, or a constant input from opset 18), normalised; None
+    where they are not static or there are none (all axes, or none with noop_with_empty_axes)."""
+    rank = len(graph.values[node.inputs[0]].shape)
+    if "axes" in node.attrs:
+        axes = [int(a) for a in node.attrs["axes"]]
+    elif len(node.inputs) > 1 and node.inputs[1] in graph.constants:
+        axes = [int(a) for a in graph.constants[node.inputs[1]].reshape(-1)]
+    else:
+        return None
+    return tuple(sorted({a % rank for a in axes})) or None
+
+
 def query_scales(graph: Graph) -> Graph:
     """Every attention score scale that is one per query row (Swin V2's exp(logit_scale), one per
     head, on its cosine scores) moved from the scores onto the queries: (q k^T) * c = (q * c) k^T

@@ -1132,3 +1132,18 @@ def test_opset23_attention_with_a_boolean_mask_and_repeated_heads(mask_kind: str
     want = run_graph(graph, {name: value.astype(np.float32) for name, value in feeds.items()})[out]
     got = task.reference([feeds.get(name, task.constants.get(name)) for name in task.input_names])[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_layer_norm_op_without_a_bias_is_a_layernorm_task() -> None:
+    """MPT's and OLMo's LayerNorm as torch's dynamo exporter writes it: LayerNormalization with no
+    bias input. The task's bias is zeros; its reference computes what the op does."""
+    b = GraphBuilder("ln_no_bias", "float32")
+    out = b.op("LayerNormalization", [b.input("x", (3, 16)), b.constant(np.linspace(0.5, 1.5, 16))], (3, 16),
+               axis=-1, epsilon=1e-5)
+    graph = b.graph([out])
+    (task,) = partition(graph)
+    assert task.kind == "layernorm" and [spec.shape for spec in task.inputs] == [(3, 16), (16,), (16,)]
+    x = np.random.default_rng(5).standard_normal((3, 16)).astype(np.float32)
+    params = [task.constants.get(name, graph.constants.get(name)) for name in task.input_names[1:]]
+    got = task.reference([x, *params])[0]
+    np.testing.assert_allclose(got, run_graph(graph, {"x": x})[out], rtol=1e-6, atol=1e-6)

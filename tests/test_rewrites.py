@@ -12,7 +12,7 @@ from portkern.hwprofile import load_target
 from portkern.ir import Graph, Node, TensorSpec
 from portkern.partition import backend_tasks
 from portkern.rewrites import (MIN_PART, collapse_layout_chains, drop_identity_arithmetic, einsums_as_matmuls,
-                               fold_column_affines, query_scales,
+                               fold_column_affines, query_scales, spatial_means_as_pools,
                                fold_pads_into_convs, reassociate_residuals, split_projections)
 from portkern.synthetic import GraphBuilder
 
@@ -534,3 +534,24 @@ def test_unsqueezes_and_a_transpose_that_keep_the_order_are_one_view() -> None:
     feeds = {"t": np.arange(16, dtype=np.float32).reshape(2, 8)}
     (out,) = graph.outputs
     np.testing.assert_array_equal(run_graph(collapsed, feeds)[out], run_graph(graph, feeds)[out])
+
+
+@pytest.mark.parametrize("keepdims, opset", [(1, 13), (0, 18)])
+def test_a_mean_over_the_spatial_axes_is_a_global_average_pool(keepdims: int, opset: int) -> None:
+    """torch's dynamo exporter writes adaptive_avg_pool2d(x, 1) as ReduceMean over axes 2 and 3
+    (an attribute before opset 18, an input from it): a GlobalAveragePool, squeezed by a Reshape
+    where the axes go; a mean over other axes stays."""
+    b = GraphBuilder("means", "float32")
+    x = b.input("x", (2, 3, 4, 5))
+    axes = {"axes": [2, -1]} if opset < 18 else {}
+    inputs = [x] if opset < 18 else [x, b.constant(np.array([2, 3]), "int64")]
+    pooled = b.op("ReduceMean", inputs, (2, 3, 1, 1) if keepdims else (2, 3), keepdims=keepdims, **axes)
+    other = b.op("ReduceMean", [x], (2, 1, 4, 5), axes=[1], keepdims=1) if opset < 18 else \
+        b.op("ReduceMean", [x, b.constant(np.array([1]), "int64")], (2, 1, 4, 5), keepdims=1)
+    graph = b.graph([pooled, other], opset=opset)
+    rewritten = spatial_means_as_pools(graph)
+    assert [node.op_type for node in rewritten.nodes] == (["GlobalAveragePool"] + ([] if keepdims else ["Reshape"])
+                                                          + ["ReduceMean"])
+    feeds = {"x": np.random.default_rng(4).standard_normal((2, 3, 4, 5)).astype(np.float32)}
+    for name in graph.outputs:
+        np.testing.assert_allclose(run_graph(rewritten, feeds)[name], run_graph(graph, feeds)[name], rtol=1e-6)

@@ -42,7 +42,8 @@ mobilebert (bottlenecks, NoNorm), electra, deit at 192 wide, resnet (depths 1-1-
 Transfer: GroupNorm of 32 groups then ReLU before each weight-standardized conv, depths 1-1-1-1).
 With --models sd_unet (needs diffusers): a small Stable Diffusion UNet (_sd_unet). Cohere's and
 Mixtral's exports fail in the legacy exporter itself (a shape assertion; aten::histc), so they are not here.
-Each is eager attention, opset 17, the legacy exporter.
+Each is eager attention, opset 17, the legacy exporter (--dynamo: torch.onnx.export's default exporter, needs
+onnxscript; --opset picks its opset, 23 fusing RMSNorm and SDPA into their ops).
 """
 from __future__ import annotations
 
@@ -283,6 +284,10 @@ def main() -> int:
     parser.add_argument("--out", required=True, help="folder for NAME.onnx")
     parser.add_argument("--models", default=",".join(MODELS),
                         help=f"comma-separated (default: all but {', '.join(OPTIONAL)})")
+    parser.add_argument("--dynamo", action="store_true",
+                        help="torch's dynamo exporter (torch.onnx.export's default; needs onnxscript) instead of the "
+                             "legacy one: fused ops (opset 23: RMSNormalization, Attention) and its own op forms")
+    parser.add_argument("--opset", type=int, default=None, help="opset (default: 17, or the dynamo exporter's own)")
     parser.add_argument("--dtype", default="float32", choices=("float32", "float16"),
                         help="the weights' and float inputs' dtype (float16: as a GPU user exports; its casts "
                              "around softmax and norms are what partition has to see through)")
@@ -297,8 +302,13 @@ def main() -> int:
         inputs = tuple(x.to(dtype) if x.is_floating_point() else x for x in inputs)
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the legacy exporter's deprecation and tracer notes
-            torch.onnx.export(module.eval(), inputs, str(out / f"{name}.onnx"), input_names=[input_name],
-                              output_names=[output_name], opset_version=17, dynamo=False)
+            try:
+                torch.onnx.export(module.eval(), inputs, str(out / f"{name}.onnx"), input_names=[input_name],
+                                  output_names=[output_name], dynamo=args.dynamo,
+                                  **({"opset_version": args.opset or 17} if not args.dynamo or args.opset else {}))
+            except Exception as error:  # an exporter's own failure: say so and go on with the others
+                print(f"{name}: the exporter failed: {type(error).__name__}: {str(error)[:300]}")
+                continue
         print(f"wrote {out / f'{name}.onnx'}")
     return 0
 
