@@ -52,6 +52,10 @@ output x's own shape and dtype) are no nodes: their readers read x (diffusers di
 block's output by output_scale_factor = 1.0, an elementwise task that also hid the residual add
 before it from the conv's epilogue).
 
+spatial_means_as_pools: a ReduceMean over the two spatial axes of a 4-D value is the
+GlobalAveragePool it is (torch's dynamo exporter writes adaptive_avg_pool2d(x, 1) so): a pool
+task, and on a channels-last backend part of the NHWC stretch instead of its end.
+
 query_scales: a scale on attention scores that is one constant per query row (Swin V2 multiplies
 its cosine scores by exp(logit_scale), one per head) moves onto the queries, (q k^T) c = (q c) k^T:
 the scores' product, its bias and softmax are then one attention task (a scalar scale is the
