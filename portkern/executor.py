@@ -1669,9 +1669,10 @@ def _resize(node: Node, inputs: Inputs, opset: int) -> list[np.ndarray]:
     assert x is not None
     out = x.astype(np.float64)
     outside: np.ndarray | None = None  # tf_crop_and_resize: where a coordinate left the input
+    cropped = resize_transform(node, opset) == "tf_crop_and_resize"
     for axis, matrix, coords in resize_matrices(node, inputs, x, opset):
         out = np.moveaxis(np.tensordot(matrix, out, axes=([1], [axis])), 0, axis)
-        if resize_transform(node, opset) == "tf_crop_and_resize":
+        if cropped:
             beyond = (coords < 0) | (coords > x.shape[axis] - 1)
             shape = [1] * x.ndim
             shape[axis] = len(coords)

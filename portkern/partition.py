@@ -106,9 +106,9 @@ import numpy as np
 from .executor import _explicit_pads, one_axis_cut
 from .ir import Graph, Node, TensorSpec, connected_groups
 from .layout import NHWC_OPS, ONNX_OF, channels_last, conv1d_as_2d, is_channels_last
-from .rewrites import (GroupNorm, collapse_layout_chains, einsums_as_matmuls, fold_column_affines, fold_pads_into_convs,
-                       drop_identity_arithmetic, group_norm_at, group_norms_as_ops, query_scales, reassociate_residuals,
-                       spatial_means_as_pools, split_projections)
+from .rewrites import (GroupNorm, channel_affine, collapse_layout_chains, drop_identity_arithmetic, einsums_as_matmuls,
+                       fold_column_affines, fold_pads_into_convs, group_norm_at, group_norms_as_ops, query_scales,
+                       reassociate_residuals, reduce_axes, spatial_means_as_pools, split_projections)
 from .tasks import EXPRESSION_ACTIVATIONS, FLOAT_DTYPES, Task, freeze_attrs
 
 if TYPE_CHECKING:
@@ -849,9 +849,16 @@ def _match_attention(ctx: _Context, scores_mm: Node) -> _Match | None:
     covers = sorted(q_nodes + k_nodes + nodes, key=lambda node: ctx.position[id(node)])
     inputs = [q, k, v] + ([mask] if mask is not None else [])
     match = _Match("attention", covers, inputs, out, attrs, 2 * b * h * _scored_pairs(s, sk, causal) * (d + dv),
-                   nodes=[reference.get(id(node), node) for node in covers] if reference else None)
+                   nodes=_in_place(ctx, covers, reference) if reference else None)
     match.folded = folded
     return match
+
+
+def _in_place(ctx: _Context, covers: Sequence[Node], replacing: dict[int, Node]) -> list[Node]:
+    """A task's reference: the nodes it covers in graph order, each that `replacing` names (by id)
+    replaced by what the reference runs in its place (under its name: a runtime knows tasks by name)."""
+    ordered = sorted(covers, key=lambda covered: ctx.position[id(covered)])
+    return [replacing.get(id(covered), covered) for covered in ordered]
 
 
 def _batch_split_bias(ctx: _Context, split: Node, scores: str) -> tuple[list[Node], np.ndarray, str] | None:
@@ -917,30 +924,12 @@ def _match_bmm(ctx: _Context, node: Node) -> _Match | None:
     return _Match("bmm", nodes, [a, b], out, {"scale": canonical_float(scale)}, flops)
 
 
-def _reduce_axes(ctx: _Context, node: Node) -> tuple[int, ...] | None:
-    """Normalised reduction axes (attribute or constant input); None when not static or a no-op."""
-    rank = len(ctx.shape(node.inputs[0]))
-    if "axes" in node.attrs:
-        axes = list(node.attrs["axes"])
-    elif len(node.inputs) > 1 and node.inputs[1]:
-        if node.inputs[1] not in ctx.graph.constants:
-            return None
-        axes = [int(a) for a in ctx.graph.constants[node.inputs[1]].reshape(-1)]
-    else:
-        axes = []
-    if not axes:
-        if node.attrs.get("noop_with_empty_axes", 0):
-            return None
-        axes = list(range(rank))
-    return tuple(sorted({int(a) % rank for a in axes}))
-
-
 def _last_axis_mean(ctx: _Context, node: Node | None) -> Node | None:
     """`node` when it is a ReduceMean over the last axis that keeps dims."""
     if node is None or node.op_type != "ReduceMean":
         return None
     rank = len(ctx.shape(node.inputs[0]))
-    return node if _reduce_axes(ctx, node) == (rank - 1,) and node.attrs.get("keepdims", 1) == 1 else None
+    return node if reduce_axes(ctx.graph, node) == (rank - 1,) and node.attrs.get("keepdims", 1) == 1 else None
 
 
 def _square_of(ctx: _Context, node: Node, value: str) -> bool:
@@ -1114,8 +1103,7 @@ def _match_layernorm_op(ctx: _Context, node: Node) -> _Match | None:
     match.folded = {zeros: np.zeros(n, ctx.spec(node.inputs[1]).dtype)}
     biased = Node(node.name, node.op_type, [node.inputs[0], node.inputs[1], zeros], list(node.outputs),
                   dict(node.attrs))
-    match.nodes = [biased if covered is node else covered
-                   for covered in sorted(match.covers, key=lambda covered: ctx.position[id(covered)])]
+    match.nodes = _in_place(ctx, match.covers, {id(node): biased})
     return match
 
 
@@ -1206,7 +1194,7 @@ def _match_attention_op(ctx: _Context, node: Node) -> _Match | None:
     if causal and s != sk or mask is not None and (ctx.shape(mask)[-1:] != (sk,)
                                                    or not _broadcasts_to(ctx.shape(mask), (b, h, s, sk))):
         return None
-    covers, attention = [node], node  # what the task replaces; the op as its reference runs it
+    covers = [node]
     folded: dict[str, np.ndarray] = {}
     if mask is not None and ctx.spec(mask).dtype == "bool":
         allowed = ctx.graph.constants.get(mask)
@@ -1220,16 +1208,11 @@ def _match_attention_op(ctx: _Context, node: Node) -> _Match | None:
             mask = f"{node.name or node.outputs[0]}::bias"
             dtype = ctx.spec(q).dtype
             folded[mask] = np.where(allowed, 0.0, ml_dtypes.finfo(dtype).min).astype(dtype)
-        attention = Node(node.name, node.op_type, [q, k, v] + ([mask] if mask else []), list(node.outputs),
-                         {**node.attrs, "is_causal": int(causal)}, node.domain)
     if ctx.share_kv_heads:
         k_shared, v_shared = _repeated_heads(ctx, k, node), _repeated_heads(ctx, v, node)
         if k_shared and v_shared and ctx.shape(k_shared[0]) == ctx.shape(v_shared[0]):
             (k, k_repeat), (v, v_repeat) = k_shared, v_shared
             covers = [*k_repeat, *v_repeat, node]
-            attention = Node(attention.name, attention.op_type, [k if i == 1 else v if i == 2 else name
-                                                                 for i, name in enumerate(attention.inputs)],
-                             attention.outputs, attention.attrs, attention.domain)
     kv_heads = ctx.shape(k)[1]
     if kv_heads != h and not (ctx.share_kv_heads and h % kv_heads == 0):
         return None
@@ -1239,10 +1222,12 @@ def _match_attention_op(ctx: _Context, node: Node) -> _Match | None:
     if softcap > 0:
         attrs["softcap"] = canonical_float(softcap)
     flops = 2 * b * h * _scored_pairs(s, sk, causal) * (d + ctx.shape(v)[-1])
-    covers = sorted(covers, key=lambda covered: ctx.position[id(covered)])
-    reference = [attention if covered is node else covered for covered in covers]
-    match = _Match("attention", covers, [q, k, v] + ([mask] if mask else []), node.outputs[0], attrs, flops,
-                   nodes=reference if attention is not node else None)
+    inputs = [q, k, v] + ([mask] if mask else [])
+    # the op as the reference runs it: on the heads before their repeat, the boolean mask as the task's
+    attention = Node(node.name, node.op_type, inputs, list(node.outputs), {**node.attrs, "is_causal": int(causal)},
+                     node.domain)
+    match = _Match("attention", covers, inputs, node.outputs[0], attrs, flops,
+                   nodes=_in_place(ctx, covers, {id(node): attention}))
     match.folded = folded
     return match
 
@@ -1255,7 +1240,7 @@ def _match_softmax(ctx: _Context, node: Node) -> _Match | None:
 
 
 def _match_reduce(ctx: _Context, node: Node) -> _Match | None:
-    axes = _reduce_axes(ctx, node)
+    axes = reduce_axes(ctx.graph, node)
     x = node.inputs[0]
     if axes is None or not ctx.is_float(x):
         return None
@@ -1270,57 +1255,6 @@ def _spatial_attrs(node: Node, spatial: Sequence[int], kernel: Sequence[int]) ->
     pads = _explicit_pads(node, spatial, kernel, strides, dilations)
     return {"strides": tuple(strides), "pads": (pads[0], pads[1], pads[2], pads[3]),
             "dilations": tuple(dilations)}
-
-
-def _per_channel(ctx: _Context, name: str | None, channels: int, channel_axis: int, *,
-                 flat: bool = False) -> np.ndarray | None:
-    """A float constant that applies one value per output channel of a 4-D tensor, as (C,).
-
-    `flat`: BatchNormalization's (C,) parameters; otherwise broadcasting must put the values on
-    the channel axis (1 in NCHW: shape (C,1,1), (1,C,1,1); 3 in NHWC: (C,), (1,1,1,C)) or be a
-    single value.
-    """
-    value = ctx.graph.constants.get(name or "")
-    if value is None or value.dtype.name not in FLOAT_DTYPES:
-        return None
-    as_float = value.astype(np.float64)
-    if value.size == 1:
-        return np.full(channels, float(as_float.reshape(())))
-    padded = (1,) * (4 - value.ndim) + tuple(value.shape) if value.ndim <= 4 else ()
-    on_axis = tuple(channels if axis == channel_axis else 1 for axis in range(4))
-    if (flat and value.shape == (channels,)) or (not flat and padded == on_axis):
-        return as_float.reshape(channels)
-    return None
-
-
-def _channel_affine(ctx: _Context, node: Node, value: str, out_shape: tuple[int, ...], channel_axis: int
-                    ) -> tuple[np.ndarray, np.ndarray] | None:
-    """(scale, shift) per output channel when `node` computes scale * value + shift with constants."""
-    channels = out_shape[channel_axis]
-    ones, zeros = np.ones(channels), np.zeros(channels)
-    if node.op_type == (NHWC_OPS["BatchNormalization"] if channel_axis == 3 else "BatchNormalization"):
-        params = [param for name in node.inputs[1:5]
-                  if (param := _per_channel(ctx, name, channels, channel_axis, flat=True)) is not None]
-        if node.inputs[0] != value or node.attrs.get("training_mode", 0) or any(node.outputs[1:]) \
-                or len(params) != 4:
-            return None
-        gamma, beta, mean, var = params
-        scale = gamma / np.sqrt(var + node.attrs.get("epsilon", 1e-5))
-        return scale, beta - mean * scale
-    if node.op_type not in ("Mul", "Div", *_ADDS, "Sub") or ctx.shape(node.outputs[0]) != out_shape:
-        return None
-    constant = _per_channel(ctx, ctx.other_input(node, value), channels, channel_axis)
-    if constant is None:
-        return None
-    if node.op_type == "Mul":
-        return constant, zeros
-    if node.op_type in _ADDS:
-        return ones, constant
-    if node.op_type == "Sub" and node.inputs[0] == value:
-        return ones, -constant
-    if node.op_type == "Div" and node.inputs[0] == value and np.all(constant != 0.0):
-        return 1.0 / constant, zeros
-    return None
 
 
 def _channel_axis(node: Node) -> int:
@@ -1351,7 +1285,7 @@ def _fold_into_conv(ctx: _Context, conv: Node) -> tuple[list[Node], list[Node], 
     folded_nodes: list[Node] = []
     cur = conv.outputs[0]
     while (node := ctx.sole_user(cur)) is not None:
-        affine = _channel_affine(ctx, node, cur, out_shape, channel_axis)
+        affine = channel_affine(ctx.graph, node, cur, channel_axis)
         if affine is None:
             break
         scale, shift = affine
@@ -1713,13 +1647,15 @@ def partition(graph: Graph, fold_attention_transposes: bool = False, share_kv_he
 
 def backend_tasks(graph: Graph, backend: Backend) -> tuple[Graph, list[Task]]:
     """The graph as the backend runs it and its tasks: the one way the tuner, the runtime and the
-    CLI see a model, so a pack's keys name the tasks a later run makes. The graph: two-operand
-    Einsums as MatMuls between views; zero Pads folded into the convs they feed; 1-D convs as 2-D
-    ones; per-column affines folded into their projections; a parallel block's residual sum
-    regrouped; channels-last where the backend's conv_layout is NHWC; a chain of Transposes and
-    Reshapes that only reshapes as one Reshape; a projection whose columns are cut into parts as
-    one projection per part (rewrites.py), except where a task reads the cut in place (the Slices
-    of a partial rotary task)."""
+    CLI see a model, so a pack's keys name the tasks a later run makes. The graph: arithmetic by
+    exactly 1 or 0 dropped; means over (H, W) as global-average pools; two-operand Einsums as
+    MatMuls between views; a per-row score scale moved onto the queries; zero Pads folded into the
+    convs they feed; 1-D convs as 2-D ones; per-column affines folded into their projections; a
+    parallel block's residual sum regrouped; channels-last where the backend's conv_layout is NHWC
+    (each group norm first one op); a chain of Transposes, Reshapes and (Un)Squeezes that only
+    reshapes as one Reshape; a projection whose columns are cut into parts as one projection per
+    part (rewrites.py), except where a task reads the cut in place (the Slices of a partial rotary
+    task)."""
     graph = reassociate_residuals(fold_column_affines(conv1d_as_2d(fold_pads_into_convs(
         query_scales(einsums_as_matmuls(spatial_means_as_pools(drop_identity_arithmetic(graph))))))))
     if backend.conv_layout == "NHWC":  # (its glue is torch's and the executor's, not onnxruntime's)

@@ -86,7 +86,7 @@ import numpy as np
 
 from .executor import one_axis_slice
 from .ir import Graph, Node, TensorSpec
-from .layout import with_nodes
+from .layout import NHWC_OPS, with_nodes
 from .tasks import FLOAT_DTYPES
 
 MIN_PART = 128  # narrower parts make GEMMs whose tiles idle more than the copies they save
@@ -406,7 +406,7 @@ def spatial_means_as_pools(graph: Graph) -> Graph:
         x = node.inputs[0] if node.inputs else ""
         spec = graph.values.get(x)
         if node.op_type != "ReduceMean" or node.domain not in ("", "ai.onnx") or spec is None \
-                or len(spec.shape) != 4 or spec.dtype not in FLOAT_DTYPES or _reduced_axes(graph, node) != (2, 3):
+                or len(spec.shape) != 4 or spec.dtype not in FLOAT_DTYPES or reduce_axes(graph, node) != (2, 3):
             nodes.append(node)
             continue
         changed = True
@@ -422,17 +422,24 @@ def spatial_means_as_pools(graph: Graph) -> Graph:
     return with_nodes(graph, nodes, values, constants) if changed else graph
 
 
-def _reduced_axes(graph: Graph, node: Node) -> tuple[int, ...] | None:
-    """A reduction's axes (the attribute, or a constant input from opset 18), normalised; None
-    where they are not static or there are none (all axes, or none with noop_with_empty_axes)."""
+def reduce_axes(graph: Graph, node: Node) -> tuple[int, ...] | None:
+    """A reduction's axes (the attribute, or a constant input from opset 18), normalised; all of
+    them where none are given; None where they are not static or the node is a no-op
+    (noop_with_empty_axes)."""
     rank = len(graph.values[node.inputs[0]].shape)
     if "axes" in node.attrs:
-        axes = [int(a) for a in node.attrs["axes"]]
-    elif len(node.inputs) > 1 and node.inputs[1] in graph.constants:
+        axes = list(node.attrs["axes"])
+    elif len(node.inputs) > 1 and node.inputs[1]:
+        if node.inputs[1] not in graph.constants:
+            return None
         axes = [int(a) for a in graph.constants[node.inputs[1]].reshape(-1)]
     else:
-        return None
-    return tuple(sorted({a % rank for a in axes})) or None
+        axes = []
+    if not axes:
+        if node.attrs.get("noop_with_empty_axes", 0):
+            return None
+        axes = list(range(rank))
+    return tuple(sorted({int(a) % rank for a in axes}))
 
 
 def query_scales(graph: Graph) -> Graph:
@@ -949,34 +956,70 @@ def group_norm_at(graph: Graph, producer: dict[str, Node], sole_reader: Callable
     scale, shift = scale.astype(np.float64).reshape(-1), shift.astype(np.float64).reshape(-1)
     for ops in (("Mul",), ("Add", "Sub")):  # the affine after the statistics, where it is one per channel
         after = sole_reader(out)
-        factor = _per_channel(graph, after, out, ops)
-        if factor is None:
+        affine = channel_affine(graph, after, out, 1) if after is not None and after.op_type in ops else None
+        if affine is None:
             continue
-        if after.op_type == "Mul":
-            scale, shift = scale * factor, shift * factor
-        else:
-            shift = shift + factor if after.op_type == "Add" else shift - factor
+        factor, offset = affine
+        scale, shift = scale * factor, shift * factor + offset
         nodes.append(after)
         out = after.outputs[0]
     return GroupNorm(nodes, x, out, groups, eps, scale, shift)
 
 
-def _per_channel(graph: Graph, node: Node | None, value: str, ops: tuple[str, ...]) -> np.ndarray | None:
-    """The (C,) operand of `node` where it is value (N, C, ...) op a constant that varies only along
-    the channels (or not at all): value * c, c * value, value + c, c + value, value - c."""
-    if node is None or node.op_type not in ops or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
-        return None
-    if node.op_type == "Sub" and node.inputs[0] != value:
-        return None
-    constant = graph.constants.get(node.inputs[1] if node.inputs[0] == value else node.inputs[0])
+def channel_affine(graph: Graph, node: Node, value: str, channel_axis: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(scale, shift) per channel when `node` computes scale * value + shift with constants: an
+    inference BatchNormalization (or its NHWC op) of value, or value times, plus, minus or over a
+    constant one per channel (or a single one). What a conv folds into its weights and a group norm
+    into its affine."""
     shape = graph.values[value].shape
-    if constant is None or constant.dtype.name not in FLOAT_DTYPES or constant.ndim > len(shape) \
+    channels = shape[channel_axis]
+    ones, zeros = np.ones(channels), np.zeros(channels)
+    if node.op_type == (NHWC_OPS["BatchNormalization"] if channel_axis == 3 else "BatchNormalization"):
+        params = [param for name in node.inputs[1:5]
+                  if (param := _per_channel(graph, name, shape, channel_axis, flat=True)) is not None]
+        if node.inputs[0] != value or node.attrs.get("training_mode", 0) or any(node.outputs[1:]) \
+                or len(params) != 4:
+            return None
+        gamma, beta, mean, var = params
+        scale = gamma / np.sqrt(var + node.attrs.get("epsilon", 1e-5))
+        return scale, beta - mean * scale
+    if node.op_type not in ("Mul", "Div", "Add", "Sum", "Sub") or len(node.inputs) != 2 or value not in node.inputs \
             or graph.values[node.outputs[0]].shape != shape:
         return None
-    padded = constant.reshape((1,) * (len(shape) - constant.ndim) + constant.shape)
-    if any(size != 1 for axis, size in enumerate(padded.shape) if axis != 1) or padded.shape[1] not in (1, shape[1]):
+    constant = _per_channel(graph, node.inputs[1] if node.inputs[0] == value else node.inputs[0], shape, channel_axis)
+    if constant is None:
         return None
-    return np.broadcast_to(padded.astype(np.float64).reshape(-1), (shape[1],))
+    if node.op_type == "Mul":
+        return constant, zeros
+    if node.op_type in ("Add", "Sum"):
+        return ones, constant
+    if node.op_type == "Sub" and node.inputs[0] == value:
+        return ones, -constant
+    if node.op_type == "Div" and node.inputs[0] == value and np.all(constant != 0.0):
+        return 1.0 / constant, zeros
+    return None
+
+
+def _per_channel(graph: Graph, name: str, shape: tuple[int, ...], channel_axis: int, *,
+                 flat: bool = False) -> np.ndarray | None:
+    """A float constant that applies one value per channel of a value of `shape`, as (C,).
+
+    `flat`: BatchNormalization's (C,) parameters; otherwise broadcasting must put the values on
+    the channel axis (NCHW's 1: (C, 1, 1), (1, C, 1, 1); NHWC's 3: (C,), (1, 1, 1, C)) or be a
+    single value.
+    """
+    value = graph.constants.get(name)
+    channels = shape[channel_axis]
+    if value is None or value.dtype.name not in FLOAT_DTYPES:
+        return None
+    as_float = value.astype(np.float64)
+    if value.size == 1:
+        return np.full(channels, float(as_float.reshape(())))
+    padded = (1,) * (len(shape) - value.ndim) + tuple(value.shape) if value.ndim <= len(shape) else ()
+    on_axis = tuple(channels if axis == channel_axis else 1 for axis in range(len(shape)))
+    if (flat and value.shape == (channels,)) or (not flat and padded == on_axis):
+        return as_float.reshape(channels)
+    return None
 
 
 def group_norms_as_ops(graph: Graph) -> Graph:

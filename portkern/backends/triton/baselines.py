@@ -331,6 +331,6 @@ def _rotary(task: Task) -> Compute:
 
 _BUILDERS: dict[str, Callable[[Task], Compute]] = {
     "elementwise": _elementwise, "gemm": _gemm, "bmm": _bmm, "attention": _attention, "softmax": _softmax,
-    "layernorm": _layernorm, "rmsnorm": _rmsnorm, "groupnorm": _groupnorm, "reduce": _reduce, "conv2d": _conv2d, "pool": _pool,
-    "rotary": _rotary,
+    "layernorm": _layernorm, "rmsnorm": _rmsnorm, "groupnorm": _groupnorm, "reduce": _reduce, "conv2d": _conv2d,
+    "pool": _pool, "rotary": _rotary,
 }

@@ -441,6 +441,11 @@ def _arg_extreme(node: Node, inputs: list[Any], context: GlueContext) -> list[to
     return [find(x, dim=axis, keepdim=keepdim)]
 
 
+def _stashed(x: torch.Tensor, node: Node) -> torch.Tensor:
+    """x in the dtype the executor computes the node's statistics in (float32 for fp16/bf16: stash_type)."""
+    return x.to(torch_dtype(_stash_dtype(_stand_in(x), node).name))
+
+
 @_register("Softmax", "LogSoftmax", "Hardmax")
 def _softmax(node: Node, inputs: list[Any], context: GlueContext) -> list[torch.Tensor]:
     """Hardmax: 1 at the first maximum along the axis (argmax's tie rule), 0 elsewhere."""
@@ -458,7 +463,7 @@ def _rms_normalization(node: Node, inputs: list[Any], context: GlueContext) -> l
     """Over the axes from `axis` on, in the executor's stash dtype, rounded to x's before the scale."""
     x, scale = inputs[0], inputs[1]
     axis = _attr(node, "axis", -1) % x.ndim
-    work = x.to(torch_dtype(_stash_dtype(_stand_in(x), node).name))
+    work = _stashed(x, node)
     normed = F.rms_norm(work, tuple(x.shape[axis:]), None, float(_attr(node, "epsilon", 1e-5))).to(x.dtype)
     return [(normed * scale).to(x.dtype)]
 
@@ -476,7 +481,7 @@ def _mean_variance_normalization(node: Node, inputs: list[Any], context: GlueCon
     """(x - mean) / (std + 1e-9) over the axes (default 0, 2, 3), statistics in the executor's stash dtype."""
     x = inputs[0]
     axes = tuple(_ints(_attr(node, "axes", [0, 2, 3])))
-    work = x.to(torch_dtype(_stash_dtype(_stand_in(x), node).name))
+    work = _stashed(x, node)
     var, mean = torch.var_mean(work, dim=axes, keepdim=True, correction=0)
     return [((work - mean) / (torch.sqrt(var) + 1e-9)).to(x.dtype)]
 
@@ -512,7 +517,7 @@ def _layer_norm(node: Node, inputs: list[Any], context: GlueContext) -> list[tor
     out = F.layer_norm(x, shape, scale.expand(shape), None if bias is None else bias.expand(shape), eps)
     if not any(node.outputs[1:]):
         return [out]
-    work = x.to(torch_dtype(_stash_dtype(_stand_in(x), node).name))
+    work = _stashed(x, node)
     var, mean = torch.var_mean(work, dim=tuple(range(axis, x.ndim)), keepdim=True, correction=0)
     return [out, mean, torch.rsqrt(var + eps)]
 
@@ -532,7 +537,7 @@ def _group_norm(node: Node, inputs: list[Any], context: GlueContext) -> list[tor
     x, scale, bias = inputs[:3]
     channels = x.shape[1]
     groups = _attr(node, "num_groups", channels)
-    work = x.to(torch_dtype(_stash_dtype(_stand_in(x), node).name)).reshape(x.shape[0], groups, -1)
+    work = _stashed(x, node).reshape(x.shape[0], groups, -1)
     var, mean = torch.var_mean(work, dim=2, keepdim=True, correction=0)
     normed = ((work - mean) / torch.sqrt(var + _attr(node, "epsilon", 1e-5))).reshape(x.shape)
     if scale.shape[0] != channels:

@@ -37,39 +37,33 @@ def scratch(task, config):
 
 
 @triton.jit
-def _groupnorm_parts(x_ptr, gamma_ptr, beta_ptr, y_ptr, channels, positions, groups, eps, means_ptr, m2s_ptr,
+def _groupnorm_split(x_ptr, gamma_ptr, beta_ptr, y_ptr, channels, positions, groups, eps, means_ptr, m2s_ptr,
                      counts_ptr, chunk, BLOCK: tl.constexpr, SPLITS: tl.constexpr, CHANNELS_LAST: tl.constexpr,
-                     ACTIVATION: tl.constexpr):
-    group_id, split = tl.program_id(0), tl.program_id(1)
-    origin, first_channel, group_channels = _group_origin(group_id, channels, positions, groups, CHANNELS_LAST)
-    lo = split * chunk
-    hi = tl.minimum(lo + chunk, group_channels * positions)
-    mean, m2, count = _group_moments(x_ptr, lo, hi, origin, first_channel, group_channels, channels, positions,
-                                     BLOCK, CHANNELS_LAST)
-    part = group_id * SPLITS + split
-    tl.store(means_ptr + part, mean)
-    tl.store(m2s_ptr + part, m2)
-    tl.store(counts_ptr + part, count)
-
-
-@triton.jit
-def _groupnorm_apply(x_ptr, gamma_ptr, beta_ptr, y_ptr, channels, positions, groups, eps, means_ptr, m2s_ptr,
-                     counts_ptr, chunk, BLOCK: tl.constexpr, SPLITS: tl.constexpr, CHANNELS_LAST: tl.constexpr,
-                     ACTIVATION: tl.constexpr):
+                     ACTIVATION: tl.constexpr, APPLY: tl.constexpr):
+    """Program (group, split) on elements [split * chunk, + chunk) of its group: the first launch
+    stores their (mean, M2, count) part; the second (APPLY) merges the group's parts and writes them."""
     group_id, split = tl.program_id(0), tl.program_id(1)
     origin, first_channel, group_channels = _group_origin(group_id, channels, positions, groups, CHANNELS_LAST)
     size = group_channels * positions
-    parts = group_id * SPLITS + tl.arange(0, SPLITS)
-    mean, m2 = _merge_partials(tl.load(means_ptr + parts), tl.load(m2s_ptr + parts), tl.load(counts_ptr + parts))
-    rstd = tl.rsqrt(m2 / size + eps)
     lo = split * chunk
-    _write_group(x_ptr, gamma_ptr, beta_ptr, y_ptr, lo, tl.minimum(lo + chunk, size), mean, rstd, origin,
-                 first_channel, group_channels, channels, positions, BLOCK, CHANNELS_LAST, ACTIVATION)
+    hi = tl.minimum(lo + chunk, size)
+    if APPLY:
+        parts = group_id * SPLITS + tl.arange(0, SPLITS)
+        mean, m2 = _merge_partials(tl.load(means_ptr + parts), tl.load(m2s_ptr + parts), tl.load(counts_ptr + parts))
+        _write_group(x_ptr, gamma_ptr, beta_ptr, y_ptr, lo, hi, mean, tl.rsqrt(m2 / size + eps), origin,
+                     first_channel, group_channels, channels, positions, BLOCK, CHANNELS_LAST, ACTIVATION)
+    else:
+        mean, m2, count = _group_moments(x_ptr, lo, hi, origin, first_channel, group_channels, channels, positions,
+                                         BLOCK, CHANNELS_LAST)
+        part = group_id * SPLITS + split
+        tl.store(means_ptr + part, mean)
+        tl.store(m2s_ptr + part, m2)
+        tl.store(counts_ptr + part, count)
 
 
 def launch(task, config, inputs, outputs):
     args, flags = _group_launch_args(task, inputs, outputs)
     grid = (task.inputs[0].shape[0] * int(task.attr("groups")), config["SPLITS"])
     common = dict(BLOCK=config["BLOCK"], SPLITS=config["SPLITS"], **flags, num_warps=config["num_warps"])
-    for kernel in (_groupnorm_parts, _groupnorm_apply):
-        kernel[grid](*args, *outputs[1:4], _chunk(task, config), **common)
+    for apply in (False, True):
+        _groupnorm_split[grid](*args, *outputs[1:4], _chunk(task, config), **common, APPLY=apply)
